@@ -1,0 +1,247 @@
+"""Loss-scale managers: the rules that move the loss scale, and nothing else.
+
+A manager owns a few non-trainable variables (created in the graph that is current when the
+manager is built, or lazily in any other graph it is later used in) and exposes two calls:
+
+* ``get_loss_scale()`` — the current scale as a float32 scalar tensor;
+* ``update_loss_scale(finite_grads)`` — an op that moves the scale given a boolean that says
+  whether the step's gradients were all finite.
+
+Managers know nothing about overflow detection, devices or optimizers. Every manager is also a
+TensorFlow ``LossScale`` (so it is a Trackable: ``tf.train.Checkpoint`` and
+``tf.compat.v1.train.Saver`` both save and restore its variables), which means a manager can be
+handed to TensorFlow's own ``MixedPrecisionLossScaleOptimizer`` as well.
+
+The arithmetic is that of the Ascend adapter, in float32; :mod:`npu_loss_scale.reference` holds a
+pure-Python twin of each rule that the tests replay step for step.
+"""
+import abc
+
+import tensorflow as tf
+
+from . import _checks
+from .reference import growth_threshold
+
+_LossScale = tf.compat.v1.mixed_precision.LossScale
+
+# The float32 tensor a script can fetch by name: ``loss_scale:0`` (see ascend-facts §3).
+LOSS_SCALE_TENSOR_NAME = "loss_scale"
+
+
+def _graph_key():
+    if tf.executing_eagerly():
+        return None
+    return tf.compat.v1.get_default_graph()
+
+
+class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
+    """Base class of loss-scale managers.
+
+    Subclasses implement :meth:`get_loss_scale` and :meth:`update_loss_scale`. As a TensorFlow
+    ``LossScale``, calling a manager returns the scale and ``update(grads)`` checks the gradients
+    with ``tf.math.is_finite`` and applies :meth:`update_loss_scale` — so a manager also works with
+    ``tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer``. Use
+    :class:`~npu_loss_scale.NPULossScaleOptimizer` to get Ascend's overflow detection.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._per_graph = {}
+
+    @abc.abstractmethod
+    def get_loss_scale(self):
+        """Returns the current loss scale as a scalar float32 tensor."""
+
+    @abc.abstractmethod
+    def update_loss_scale(self, finite_grads):
+        """Returns an op that updates the loss scale; ``finite_grads`` is a scalar bool."""
+
+    def get_enable_overflow_check(self):
+        """Whether an optimizer using this manager must check for overflow (True by default)."""
+        return True
+
+    # -- TensorFlow LossScale interface -------------------------------------------------------
+    def __call__(self):
+        return self.get_loss_scale()
+
+    def update(self, grads):
+        flat = [g for g in tf.nest.flatten(grads) if g is not None]
+        finite = tf.constant(True)
+        for g in flat:
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(values)))
+        return self.update_loss_scale(finite), finite
+
+    # -- helpers for subclasses ---------------------------------------------------------------
+    def _state(self):
+        """The per-graph state dict, built by ``_build_state`` on first use in a graph."""
+        key = _graph_key()
+        state = self._per_graph.get(key)
+        if state is None:
+            # Variables and their initializers must not inherit the caller's control
+            # dependencies (Ascend's manager failed when built under tf.control_dependencies).
+            with tf.init_scope(), tf.control_dependencies(None):
+                state = self._build_state()
+            self._per_graph[key] = state
+        return state
+
+    @abc.abstractmethod
+    def _build_state(self):
+        """Creates this manager's tensors and variables in the current graph."""
+
+    @staticmethod
+    def _finite_flag(finite_grads):
+        if isinstance(finite_grads, bool):
+            return tf.constant(finite_grads)
+        flag = tf.convert_to_tensor(finite_grads)
+        if flag.dtype != tf.bool:
+            raise TypeError("finite_grads must be a bool or a scalar bool tensor; got dtype %s"
+                            % flag.dtype.name)
+        return flag
+
+
+class FixedLossScaleManager(LossScaleManager):
+    """A loss scale that never changes.
+
+    Args:
+      loss_scale: the scale, a real number >= 1.
+      enable_overflow_check: if True (the default), :class:`NPULossScaleOptimizer` still reads
+        the overflow status every step and skips the update when anything overflowed (Ascend's
+        behaviour; TensorFlow's own optimizer never checks a fixed scale). If False, no status is
+        read and every step is applied.
+
+    Example::
+
+        mgr = FixedLossScaleManager(loss_scale=1024)
+        opt = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), mgr)
+    """
+
+    def __init__(self, loss_scale, enable_overflow_check=True):
+        super().__init__()
+        self._value = _checks.real_number("loss_scale", loss_scale, minimum=1.0,
+                                          maximum=_checks.FLOAT32_MAX)
+        self._enable_overflow_check = _checks.boolean("enable_overflow_check",
+                                                      enable_overflow_check)
+        self._state()
+
+    def _build_state(self):
+        return {"loss_scale": tf.constant(self._value, tf.float32, name=LOSS_SCALE_TENSOR_NAME)}
+
+    def get_loss_scale(self):
+        return self._state()["loss_scale"]
+
+    def update_loss_scale(self, finite_grads):
+        self._finite_flag(finite_grads)
+        return tf.no_op(name="fixed_loss_scale_update")
+
+    def get_enable_overflow_check(self):
+        return self._enable_overflow_check
+
+    def get_config(self):
+        return {"loss_scale": self._value, "enable_overflow_check": self._enable_overflow_check}
+
+    def __repr__(self):
+        return "FixedLossScaleManager(loss_scale=%r, enable_overflow_check=%r)" % (
+            self._value, self._enable_overflow_check)
+
+
+class ExponentialUpdateLossScaleManager(LossScaleManager):
+    """Grows the scale after a run of finite steps and shrinks it after overflows (Ascend rules).
+
+    State: ``current_loss_scale`` (float32), ``good_steps`` and ``bad_steps`` (int32), all
+    non-trainable variables saved with the model. Each ``update_loss_scale(finite)``:
+
+    * finite step: if ``good_steps + 1 >= incr_every_n_steps`` then
+      ``loss_scale *= incr_ratio`` (only while ``loss_scale < 3.4e38 / incr_ratio``, so it never
+      becomes inf) and both counters reset to 0; else ``good_steps += 1`` — ``bad_steps`` is kept.
+    * overflowed step: if ``bad_steps + 1 >= decr_every_n_nan_or_inf`` then
+      ``loss_scale = max(1, loss_scale * decr_ratio)`` and both counters reset; else
+      ``bad_steps += 1`` and ``good_steps = 0``.
+
+    So growth needs ``incr_every_n_steps`` *consecutive* finite steps, while overflows count
+    towards a decrease even when finite steps come between them; the scale never goes below 1.
+    At a scale of 1 an overflow can no longer be cured by scaling and steps go on being skipped:
+    :class:`NPULossScaleOptimizer` logs a warning when that happens.
+
+    Example (the Ascend BERT defaults)::
+
+        mgr = ExponentialUpdateLossScaleManager(init_loss_scale=2**32, incr_every_n_steps=1000,
+                                                decr_every_n_nan_or_inf=2, decr_ratio=0.5)
+
+    Args:
+      init_loss_scale: starting scale, a real number >= 1 and <= float32 max.
+      incr_every_n_steps: consecutive finite steps before growing, integer >= 1.
+      decr_every_n_nan_or_inf: overflowed steps before shrinking, integer >= 1 (default 2).
+      incr_ratio: growth factor, > 1 (default 2).
+      decr_ratio: shrink factor, in (0, 1) (default 0.8).
+    """
+
+    def __init__(self, init_loss_scale, incr_every_n_steps, decr_every_n_nan_or_inf=2,
+                 incr_ratio=2, decr_ratio=0.8):
+        super().__init__()
+        self._init_loss_scale = _checks.real_number(
+            "init_loss_scale", init_loss_scale, minimum=1.0, maximum=_checks.FLOAT32_MAX)
+        self._incr_every_n_steps = _checks.positive_int("incr_every_n_steps", incr_every_n_steps)
+        self._decr_every_n_nan_or_inf = _checks.positive_int("decr_every_n_nan_or_inf",
+                                                             decr_every_n_nan_or_inf)
+        self._incr_ratio = _checks.real_number("incr_ratio", incr_ratio, minimum=1.0,
+                                               min_inclusive=False, accepted="> 1")
+        self._decr_ratio = _checks.real_number("decr_ratio", decr_ratio, minimum=0.0,
+                                               min_inclusive=False, maximum=1.0,
+                                               max_inclusive=False,
+                                               accepted="in the open interval (0, 1)")
+        self._state()
+
+    def _build_state(self):
+        scale = self._add_weight("current_loss_scale", self._init_loss_scale, tf.float32)
+        good = self._add_weight("good_steps", 0, tf.int32)
+        bad = self._add_weight("bad_steps", 0, tf.int32)
+        if tf.executing_eagerly():
+            fetchable = None
+        else:
+            fetchable = tf.identity(scale, name=LOSS_SCALE_TENSOR_NAME)
+        return {"scale_var": scale, "good_var": good, "bad_var": bad, "loss_scale": fetchable}
+
+    @property
+    def variables(self):
+        """The manager's variables in the current graph: loss scale, good steps, bad steps."""
+        s = self._state()
+        return [s["scale_var"], s["good_var"], s["bad_var"]]
+
+    def get_loss_scale(self):
+        s = self._state()
+        if s["loss_scale"] is not None and not tf.distribute.has_strategy():
+            return s["loss_scale"]
+        return tf.convert_to_tensor(s["scale_var"])
+
+    def update_loss_scale(self, finite_grads):
+        finite = self._finite_flag(finite_grads)
+        s = self._state()
+        scale = tf.convert_to_tensor(s["scale_var"])
+        good = tf.convert_to_tensor(s["good_var"])
+        bad = tf.convert_to_tensor(s["bad_var"])
+        with tf.name_scope("update_loss_scale"):
+            zero = tf.zeros_like(good)
+            good_next, bad_next = good + 1, bad + 1
+            grow = tf.logical_and(finite, good_next >= self._incr_every_n_steps)
+            shrink = tf.logical_and(tf.logical_not(finite),
+                                    bad_next >= self._decr_every_n_nan_or_inf)
+            can_grow = scale < growth_threshold(self._incr_ratio)
+            grown = tf.where(can_grow, scale * self._incr_ratio, scale)
+            shrunk = tf.maximum(tf.constant(1.0, tf.float32), scale * self._decr_ratio)
+            new_scale = tf.where(grow, grown, tf.where(shrink, shrunk, scale))
+            new_good = tf.where(finite, tf.where(grow, zero, good_next), zero)
+            new_bad = tf.where(finite, tf.where(grow, zero, bad),
+                               tf.where(shrink, zero, bad_next))
+            return tf.group(s["scale_var"].assign(new_scale), s["good_var"].assign(new_good),
+                            s["bad_var"].assign(new_bad), name="assign")
+
+    def get_config(self):
+        return {"init_loss_scale": self._init_loss_scale,
+                "incr_every_n_steps": self._incr_every_n_steps,
+                "decr_every_n_nan_or_inf": self._decr_every_n_nan_or_inf,
+                "incr_ratio": self._incr_ratio, "decr_ratio": self._decr_ratio}
+
+    def __repr__(self):
+        return "ExponentialUpdateLossScaleManager(%s)" % ", ".join(
+            "%s=%r" % kv for kv in self.get_config().items())

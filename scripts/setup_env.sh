@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create (or refresh) the virtual environments this project is tested in.
+#
+#   bash scripts/setup_env.sh            # both stacks
+#   bash scripts/setup_env.sh tf215      # only TensorFlow 2.15 (+ tensorflow-estimator)
+#   bash scripts/setup_env.sh tf221      # only TensorFlow 2.21
+#
+# Environments live in .venv/<stack> inside the checkout (override with NLS_VENV_ROOT).
+# A stamp file records what was installed, so a second run with nothing changed is quick.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="${NLS_VENV_ROOT:-$here/.venv}"
+python="${PYTHON:-python3}"
+stacks=("$@")
+[ ${#stacks[@]} -gt 0 ] || stacks=(tf215 tf221)
+
+requirements_for() {
+  case "$1" in
+    tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis" ;;
+    tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis" ;;
+    *) echo "unknown stack '$1' (accepted: tf215, tf221)" >&2; return 2 ;;
+  esac
+}
+
+for stack in "${stacks[@]}"; do
+  reqs="$(requirements_for "$stack")"
+  venv="$root/$stack"
+  stamp="$venv/.nls-stamp"
+  want="$reqs|$(cat "$here/setup.py" 2>/dev/null | sha256sum | cut -c1-16)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
+    echo "[setup_env] $stack: up to date ($venv)"
+    continue
+  fi
+  echo "[setup_env] $stack: creating $venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install --quiet $reqs
+  "$venv/bin/python" -m pip install --quiet --no-deps -e "$here"
+  echo "$want" > "$stamp"
+  "$venv/bin/python" -c "import tensorflow as tf; print('[setup_env] $stack: tensorflow', tf.__version__)"
+done
