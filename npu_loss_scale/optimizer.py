@@ -10,6 +10,7 @@ from .policy import LossScaleManager
 _Base = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
 
 FINITE_OP_NAME = "overflow_status_reduce_all"
+SUMMARY_SCOPE = "npu_loss_scale"
 
 
 class NPULossScaleOptimizer(_Base):
@@ -86,6 +87,7 @@ class NPULossScaleOptimizer(_Base):
         self._name = name or "NPULossScale_" + opt.get_name()
         self._graph_state_lock = threading.Lock()
         self._graph_state = {}
+        self._state()   # create skipped_steps now, beside the manager's variables
 
     # -- public properties --------------------------------------------------------------------
     @property
@@ -130,6 +132,13 @@ class NPULossScaleOptimizer(_Base):
 
     def variables(self):
         return super().variables() + [self.skipped_steps]
+
+    def get_slot(self, var, name):
+        """Slots (Adam's ``m`` and ``v``, Momentum's ``momentum``...) live in the inner optimizer."""
+        return self._optimizer.get_slot(var, name)
+
+    def get_slot_names(self):
+        return self._optimizer.get_slot_names()
 
     def __getattr__(self, attr):
         inner = self.__dict__.get("_optimizer")
@@ -250,6 +259,8 @@ class NPULossScaleOptimizer(_Base):
 
     @staticmethod
     def _add_summaries(scale, skipped, overflowed):
-        tf.compat.v1.summary.scalar("loss_scale", scale)
-        tf.compat.v1.summary.scalar("skipped_steps", skipped)
-        tf.compat.v1.summary.scalar("overflow", tf.cast(overflowed, tf.float32))
+        # Tags: npu_loss_scale/loss_scale, npu_loss_scale/skipped_steps, npu_loss_scale/overflow
+        with tf.name_scope(SUMMARY_SCOPE + "/"):
+            tf.compat.v1.summary.scalar("loss_scale", scale)
+            tf.compat.v1.summary.scalar("skipped_steps", skipped)
+            tf.compat.v1.summary.scalar("overflow", tf.cast(overflowed, tf.float32))
