@@ -33,9 +33,10 @@ for stack in "${stacks[@]}"; do
   fi
   echo "[setup_env] $stack: creating $venv"
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
   # shellcheck disable=SC2086
-  "$venv/bin/python" -m pip install --quiet $reqs
+  "$venv/bin/python" -m pip install --quiet $reqs 2>&1 | grep -v "is ignored: it is neither" || true
+  "$venv/bin/python" -c "import tensorflow, pytest, hypothesis" || { echo "[setup_env] $stack: install failed" >&2; exit 1; }
   "$venv/bin/python" -m pip install --quiet --no-deps -e "$here"
   echo "$want" > "$stamp"
   "$venv/bin/python" -c "import tensorflow as tf; print('[setup_env] $stack: tensorflow', tf.__version__)"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The test command: sets up everything on a fresh machine, then runs the whole suite on
+# TensorFlow 2.15 (+ tensorflow-estimator, Horovod) and on TensorFlow 2.21 (+ Horovod).
+#
+#   bash scripts/test.sh                 # everything
+#   bash scripts/test.sh -k optimizer    # extra arguments go to pytest
+#   NLS_STACKS=tf221 bash scripts/test.sh  # one stack only
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+stacks=(${NLS_STACKS:-tf215 tf221})
+export TF_CPP_MIN_LOG_LEVEL=2
+
+bash scripts/setup_env.sh "${stacks[@]}" || { echo "environment set-up failed"; exit 1; }
+for stack in "${stacks[@]}"; do
+  venv="$here/.venv/$stack"
+  if [ -f scripts/build_horovod.sh ]; then
+    bash scripts/build_horovod.sh "$venv" || echo "[test] WARNING: Horovod build failed for $stack; its tests will say so"
+  fi
+  if [ "$stack" = tf215 ] && [ -f scripts/setup_bert.sh ]; then
+    bash scripts/setup_bert.sh "$venv" || { echo "BERT job set-up failed"; exit 1; }
+  fi
+done
+
+status=0
+summary=()
+for stack in "${stacks[@]}"; do
+  echo
+  echo "================ $stack ================"
+  log="$(mktemp)"
+  "$here/.venv/$stack/bin/python" -m pytest tests -q -p no:cacheprovider "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  line="$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$log" | tail -n 1 | sed 's/=//g')"
+  summary+=("$stack: ${line:-no result} (exit $rc)")
+  [ "$rc" -eq 0 ] || status=1
+  rm -f "$log"
+done
+echo
+echo "================ summary ================"
+printf '%s\n' "${summary[@]}"
+exit $status
