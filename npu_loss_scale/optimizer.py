@@ -181,6 +181,12 @@ class NPULossScaleOptimizer(_Base):
             begin = self._detector.begin_step(loss if isinstance(loss, tf.Tensor) else None)
         with tf.control_dependencies([begin] if begin is not None else []):
             scaled_loss = self._scale_loss(loss)
+            if begin is not None and isinstance(scaled_loss, tf.Tensor):
+                # Backpropagation starts from grad_loss. TensorFlow builds its default seed from
+                # the loss's static shape, a constant that would not wait for the clear; a seed
+                # made here does, so every gradient op runs after the register was cleared.
+                grad_loss = (tf.ones_like(scaled_loss) if grad_loss is None
+                             else tf.identity(grad_loss))
         grads_and_vars = self._optimizer.compute_gradients(
             loss=scaled_loss, var_list=var_list, gate_gradients=gate_gradients,
             aggregation_method=aggregation_method,

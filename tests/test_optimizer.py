@@ -338,3 +338,33 @@ def test_backend_choice_argument_then_environment_then_automatic(monkeypatch):
         with tf.Graph().as_default():
             nls.NPULossScaleOptimizer(tf.compat.v1.train.AdamOptimizer(),
                                       nls.FixedLossScaleManager(2))
+
+
+@pytest.mark.parametrize("v1_control_flow", [False, True])
+def test_overflow_seen_in_an_evaluation_fetch_is_not_blamed_on_the_next_step(v1_control_flow):
+    """The register is sticky: an eval run that saturates sets it. The next train step clears
+    it before its gradients run, so only that step's own overflow counts."""
+    if v1_control_flow:
+        tf.compat.v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+            boost = tf.compat.v1.placeholder_with_default(1.0, [])
+            w = tf.compat.v1.get_variable("w", initializer=tf.ones([3, 1]))
+            h = nls.saturate(tf.cast(tf.matmul(x, w) * boost, tf.float16))
+            loss = tf.reduce_sum(tf.cast(h, tf.float32))
+            opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01),
+                                            nls.FixedLossScaleManager(64))
+            train = opt.minimize(loss)
+            feed = {x: np.ones([2, 3], np.float32)}
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                for _ in range(10):
+                    assert sess.run(h, {**feed, boost: 1e5}).max() == 65504.0  # eval: saturates
+                    sess.run(train, feed)
+                assert sess.run(opt.skipped_steps) == 0
+                sess.run(train, {**feed, boost: 1e5})          # its own overflow still counts
+                assert sess.run(opt.skipped_steps) == 1
+    finally:
+        if v1_control_flow:
+            tf.compat.v1.enable_control_flow_v2()
