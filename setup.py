@@ -19,7 +19,9 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["npu_loss_scale", "npu_loss_scale.*"]),
-    include_package_data=True,
+    # The emulate shim is a sys.path folder, not a subpackage: ship its files as package data.
+    package_data={"npu_loss_scale": ["_npu_bridge_shim/*/*.py", "_npu_bridge_shim/*/*/*.py",
+                                     "_npu_bridge_shim/*/*/*/*.py"]},
     python_requires=">=3.9",
     # TensorFlow itself is not pinned as a dependency: users bring tensorflow, tensorflow-cpu or
     # Huawei's TensorFlow build. Supported: 2.15.x and 2.21.x.

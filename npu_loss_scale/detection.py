@@ -12,26 +12,36 @@ Three backends answer that question:
     Plain IEEE check: some gradient holds an inf or a NaN (what TensorFlow's own optimizer does).
 
 The backend is chosen by the optimizer's ``backend=`` argument, else the ``NPU_LOSS_SCALE_BACKEND``
-environment variable, else automatically: ``npu`` when ``npu_bridge`` imports, ``emulation``
-otherwise. :func:`get_backend_name` says which one applies.
+environment variable, else automatically: ``npu`` when the real ``npu_bridge`` imports,
+``emulation`` otherwise (the CPU shim of ``python -m npu_loss_scale.emulate`` does not count as
+real). :func:`get_backend_name` says which one applies.
 
-Each backend takes part in a training step at three points::
+Each backend takes part in a training step at these points::
 
     begin_step(loss)                -> op run before the gradients are computed (clears the register)
-    observe_scaled_gradients(grads) -> op run on the still-scaled gradients (the device sees these)
+    observe_scaled_gradients(grads) -> op run on the still-scaled gradients (the device sees these);
+                                       called once the step's gradients are built
     read_status(grads)              -> float32 vector, all zeros <=> no overflow; read only after
                                        every gradient exists
     end_step(status)                -> op run after the read (clears the register again)
+
+Both overflow modes take the same path: in INF/NaN mode the register backends still clear the
+register at the same points, but ``read_status`` answers from an IEEE inf/NaN test of the
+gradients, as the device's register is not meant to be read in that mode (legitimate infs, such
+as -inf attention masks, would set it). The mode is read when the train op is built.
 """
 import abc
 import importlib
 import os
+import sys
+import threading
 
 import tensorflow as tf
 
 from . import _checks, emulation
 
 ENV_VAR = "NPU_LOSS_SCALE_BACKEND"
+_as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
 BACKEND_NAMES = ("npu", "emulation", "inf_nan")
 
 
@@ -97,12 +107,19 @@ class _RegisterDetector(OverflowDetector):
     """Detection through a float-status register (emulated or real), read after all gradients."""
 
     def _ops(self):
+        """(get_status, clear_status) callables of this backend."""
+        raise NotImplementedError
+
+    def _inf_nan_mode(self):
         raise NotImplementedError
 
     def _check_finite_too(self):
-        raise NotImplementedError
+        """In saturation mode, also count IEEE infs/NaNs in the gradients."""
+        return False
 
     def read_status(self, grads):
+        if self._inf_nan_mode():
+            return tf.reshape(_nonfinite_count(grads), [1])
         get_status, _ = self._ops()
         with tf.control_dependencies(_grad_tensors(grads)):
             words = tf.cast(get_status(), tf.float32)
@@ -117,27 +134,48 @@ class _RegisterDetector(OverflowDetector):
 
 
 class EmulationDetector(_RegisterDetector):
-    """The CPU emulation of the Ascend register (see :mod:`npu_loss_scale.emulation`)."""
+    """The CPU emulation of the Ascend register (see :mod:`npu_loss_scale.emulation`).
+
+    ``begin_step`` clears the register but keeps the saturation events of the forward pass that
+    feeds the loss (they may have run before the clear); every saturation event built while the
+    step's gradients are being built is ordered after the clear. ``read_status`` reads the register
+    and, because code outside :func:`~npu_loss_scale.emulation.saturate` still produces IEEE infs
+    and NaNs on a CPU, also counts non-finite gradients.
+    """
 
     name = "emulation"
 
     def _ops(self):
         return emulation.npu_get_float_status_v2, emulation.npu_clear_float_status_v2
 
+    def _inf_nan_mode(self):
+        return emulation.is_inf_nan_enabled()
+
     def _check_finite_too(self):
-        # Code outside `saturate` still produces IEEE infs/NaNs on a CPU: always count them.
         return True
 
     def begin_step(self, loss):
         tensors = [loss] if isinstance(loss, tf.Tensor) else []
-        return emulation.clear_keeping(emulation.forward_events_feeding(tensors))
+        begin = emulation.clear_keeping(emulation.forward_events_feeding(tensors))
+        emulation.start_step(begin)
+        return begin
 
     def observe_scaled_gradients(self, grads):
-        return emulation.record_scaled_gradients(grads)
+        try:
+            if self._inf_nan_mode():
+                return None  # IEEE mode: a gradient at ±MAX is a value, not an overflow
+            return emulation.record_scaled_gradients(grads)
+        finally:
+            emulation.end_step()
 
 
 class NpuDetector(_RegisterDetector):
-    """The real device register, through ``npu_bridge`` (Ascend CANN toolkit)."""
+    """The real device register, through ``npu_bridge`` (Ascend CANN toolkit).
+
+    Status ops come from ``npu_bridge.helper.helper.get_gen_ops()`` (``npu_get_float_status_v2``,
+    ``npu_clear_float_status_v2``), the overflow mode from
+    ``npu_bridge.estimator.npu.npu_plugin.is_inf_nan_enabled()``.
+    """
 
     name = "npu"
 
@@ -147,7 +185,7 @@ class NpuDetector(_RegisterDetector):
     def _ops(self):
         return self._gen_ops.npu_get_float_status_v2, self._gen_ops.npu_clear_float_status_v2
 
-    def _check_finite_too(self):
+    def _inf_nan_mode(self):
         return npu_is_inf_nan_enabled()
 
     def begin_step(self, loss):  # pylint: disable=unused-argument
@@ -155,17 +193,41 @@ class NpuDetector(_RegisterDetector):
 
 
 # -- npu_bridge access (lazy) --------------------------------------------------------------------
+SHIM_MARKER = "__npu_loss_scale_shim__"
+
+_probe_lock = threading.Lock()
+_probe = {"key": None, "available": False}
+
+
 def _import(name):
     return importlib.import_module(name)
 
 
+def is_shim(module):
+    """True for the CPU shim package of ``python -m npu_loss_scale.emulate``."""
+    return bool(getattr(module, SHIM_MARKER, False))
+
+
+@_as_is
 def npu_bridge_available():
-    """True when the real ``npu_bridge`` (or a stand-in on sys.path) imports."""
+    """True when a real ``npu_bridge`` (or a test stand-in on sys.path) imports.
+
+    The CPU shim installed by ``python -m npu_loss_scale.emulate`` does not count. The answer is
+    cached until ``sys.path`` or the imported ``npu_bridge`` module changes.
+    """
+    key = (tuple(sys.path), id(sys.modules.get("npu_bridge")))
+    with _probe_lock:
+        if _probe["key"] == key:
+            return _probe["available"]
     try:
         _import("npu_bridge.helper.helper")
+        available = not is_shim(sys.modules.get("npu_bridge"))
     except ImportError:
-        return False
-    return True
+        available = False
+    key = (tuple(sys.path), id(sys.modules.get("npu_bridge")))
+    with _probe_lock:
+        _probe["key"], _probe["available"] = key, available
+    return available
 
 
 def _npu_bridge_gen_ops():
@@ -177,19 +239,41 @@ def _npu_bridge_gen_ops():
     return helper.get_gen_ops()
 
 
+def npu_plugin_module():
+    """``npu_bridge.estimator.npu.npu_plugin`` (ImportError without npu_bridge)."""
+    return _import("npu_bridge.estimator.npu.npu_plugin")
+
+
 def npu_is_inf_nan_enabled():
-    plugin = _import("npu_bridge.estimator.npu.npu_plugin")
-    return bool(plugin.is_inf_nan_enabled())
+    """The device's overflow mode from npu_plugin: True = INF/NaN, False = saturation."""
+    return bool(npu_plugin_module().is_inf_nan_enabled())
+
+
+@_as_is
+def active_device_plugin():
+    """npu_plugin of the real npu_bridge when the ``npu`` backend applies, else None.
+
+    :mod:`npu_loss_scale.emulation` routes the overflow-mode functions through it.
+    """
+    if get_backend_name() != "npu" or not npu_bridge_available():
+        return None
+    return npu_plugin_module()
 
 
 # -- choice ----------------------------------------------------------------------------------------
 _FACTORIES = {"npu": NpuDetector, "emulation": EmulationDetector, "inf_nan": InfNanDetector}
 
 
+@_as_is
 def get_backend_name(backend=None):
     """Which detection backend applies: the argument, else $NPU_LOSS_SCALE_BACKEND, else auto.
 
-    Automatic choice: ``npu`` when ``npu_bridge`` imports, ``emulation`` otherwise.
+    Automatic choice: ``npu`` when the real ``npu_bridge`` imports, ``emulation`` otherwise.
+
+    Example::
+
+        get_backend_name()              # 'emulation' on a machine without CANN
+        get_backend_name("inf_nan")     # 'inf_nan'
     """
     if backend is not None:
         return _checks.one_of("backend", backend, BACKEND_NAMES)
@@ -202,6 +286,7 @@ def get_backend_name(backend=None):
     return "npu" if npu_bridge_available() else "emulation"
 
 
+@_as_is
 def make_detector(backend=None):
     """Builds the detection backend named by :func:`get_backend_name`."""
     if isinstance(backend, OverflowDetector):

@@ -5,25 +5,38 @@ becomes the extreme value of its dtype (±65504 for float16, ±3.4028235e38 for 
 becomes 0. Nothing in the tensors says so; the device instead sets a sticky, device-global
 *float-status register* that must be read and cleared explicitly. This module reproduces both:
 
-* a per-graph register with the npu_bridge status-op names (``npu_get_float_status_v2`` and
-  friends), sticky until cleared, not saved in checkpoints and needing no initialisation;
+* a register with the npu_bridge status-op names (:func:`npu_get_float_status_v2` and friends),
+  sticky until cleared, one per graph (and per replica of a ``tf.distribute`` strategy, as each
+  device has its own), not saved in checkpoints and needing no initialisation;
 * :func:`saturate`, which applies saturation to a tensor on the forward pass and to the gradient
-  flowing back through it, and records every overflow in the register;
+  flowing back through it, and records every overflow in the register
+  (:mod:`npu_loss_scale.saturation` applies it to whole models);
 * the overflow-mode switch (:func:`set_device_sat_mode`, :func:`get_device_sat_mode`,
   :func:`is_inf_nan_enabled`): in INF/NaN mode ``saturate`` leaves IEEE results alone.
 
-Usage on a model you build::
+Example::
 
+    import tensorflow as tf
     from npu_loss_scale import emulation
-    h = emulation.saturate(tf.matmul(x16, w16))   # wherever the device would saturate
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        y = emulation.saturate(tf.cast([1e5, -1e5, float("nan"), 3.0], tf.float16))
+        print(sess.run(y))                                     # [65504. -65504. 0. 3.]
+        print(sess.run(emulation.npu_get_float_status_v2()))   # [1 1 0 0 0 0 0 0]
+        sess.run(emulation.npu_clear_float_status_v2())
+        print(sess.run(emulation.npu_get_float_status_v2()))   # [0 0 0 0 0 0 0 0]
 
 Register words: word 0 is set when a value overflowed to ±MAX, word 1 when a NaN was replaced
 by 0; the other six stay 0. "All eight words zero" means "no overflow since the last clear",
 exactly as on the device.
+
+**When the real device is in use** (the detection backend is ``npu`` and the real ``npu_bridge``
+imports), the mode functions are routed to ``npu_bridge.estimator.npu.npu_plugin`` so the
+device's own setting is the one that counts, and :func:`saturate` is the identity: the hardware
+saturates by itself and its register is the real one. The same model code thus runs on CPU with
+emulation and on the device without it.
 """
 import os
 import threading
-import weakref
 
 import tensorflow as tf
 
@@ -35,18 +48,21 @@ _SCRATCH_KEY = STATUS_WORDS  # a key that is never read: writes with nothing to 
 
 SATURATION = 0
 INF_NAN = 1
+MODE_ENV_VAR = "NPU_LOSS_SCALE_SAT_MODE"
 
-_FORWARD_EVENTS = "npu_loss_scale_forward_overflow_events"
+_STATE_ATTR = "_npu_loss_scale_emulation_state"
 
-_lock = threading.Lock()
-_registers = weakref.WeakKeyDictionary()
-_eager_register = []
+# Functions that build ops run as written when called from code AutoGraph converts (a
+# tf.distribute replica function, a tf.function): converting them would gain nothing.
+_as_is = tf.autograph.experimental.do_not_convert
+
+_lock = threading.RLock()
 _mode = None
 
 
 # -- overflow mode -------------------------------------------------------------------------------
 def _initial_mode():
-    raw = os.environ.get("NPU_LOSS_SCALE_SAT_MODE")
+    raw = os.environ.get(MODE_ENV_VAR)
     if raw is None or raw.strip() == "":
         return SATURATION
     try:
@@ -54,75 +70,168 @@ def _initial_mode():
     except ValueError:
         value = None
     if value not in (SATURATION, INF_NAN):
-        raise ValueError("environment variable NPU_LOSS_SCALE_SAT_MODE must be 0 (saturation) "
-                         "or 1 (INF/NaN); got %r" % raw)
+        raise ValueError("environment variable %s must be 0 (saturation) or 1 (INF/NaN); got %r"
+                         % (MODE_ENV_VAR, raw))
     return value
 
 
-def set_device_sat_mode(mode):
-    """Selects the overflow mode: 0 = saturation (the Atlas-training default), 1 = INF/NaN.
-
-    Like the device setting, it is per process and is read when graphs are built: set it before
-    building the model. Returns the previous mode.
-    """
-    global _mode
-    if isinstance(mode, bool) or mode not in (SATURATION, INF_NAN):
-        raise ValueError("mode must be 0 (saturation) or 1 (INF/NaN); got %r" % (mode,))
-    previous = get_device_sat_mode()
-    _mode = int(mode)
-    return previous
+def _device_plugin():
+    """``npu_plugin`` of the real npu_bridge when the ``npu`` backend is active, else None."""
+    return detection.active_device_plugin()
 
 
-def get_device_sat_mode():
-    """The current overflow mode: 0 = saturation, 1 = INF/NaN."""
+def _emulated_mode():
     global _mode
     if _mode is None:
         _mode = _initial_mode()
     return _mode
 
 
+@_as_is
+def set_device_sat_mode(mode):
+    """Selects the overflow mode: 0 = saturation (the Atlas-training default), 1 = INF/NaN.
+
+    Like the device setting, it is per process and is read when graphs are built: set it before
+    building the model. On the device (backend ``npu``) the call goes to
+    ``npu_bridge.estimator.npu.npu_plugin.set_device_sat_mode`` as well. Returns the previous mode.
+
+    Example::
+
+        previous = set_device_sat_mode(1)      # INF/NaN: saturate() leaves inf and NaN alone
+        set_device_sat_mode(previous)
+    """
+    global _mode
+    if isinstance(mode, bool) or mode not in (SATURATION, INF_NAN):
+        raise ValueError("mode must be 0 (saturation) or 1 (INF/NaN); got %r" % (mode,))
+    plugin = _device_plugin()
+    previous = _mode_of(plugin)
+    _mode = int(mode)
+    if plugin is not None:
+        plugin.set_device_sat_mode(int(mode))
+    return previous
+
+
+def _mode_of(plugin):
+    if plugin is not None:
+        return INF_NAN if plugin.is_inf_nan_enabled() else SATURATION
+    return _emulated_mode()
+
+
+@_as_is
+def get_device_sat_mode():
+    """The current overflow mode: 0 = saturation, 1 = INF/NaN (the device's, on backend npu)."""
+    return _mode_of(_device_plugin())
+
+
+@_as_is
 def is_inf_nan_enabled():
     """True in INF/NaN mode (IEEE results), False in saturation mode."""
     return get_device_sat_mode() == INF_NAN
 
 
+# -- per-graph state -----------------------------------------------------------------------------
+class _State:
+    """What the emulation keeps for one graph (or for eager execution)."""
+
+    def __init__(self):
+        self.registers = {}        # replica id -> MutableHashTable
+        self.forward_events = []   # (saturated tensor, overflowed?, nan seen?) made in this graph
+        self.step_starts = {}      # replica id -> op that starts the step being built
+
+
+_eager_state = _State()
+
+
+def _state_of(graph):
+    """The emulation state of ``graph`` (None = eager), stored on the graph so it dies with it."""
+    if graph is None:
+        return _eager_state
+    state = getattr(graph, _STATE_ATTR, None)
+    if state is None:
+        with _lock:
+            state = getattr(graph, _STATE_ATTR, None)
+            if state is None:
+                state = _State()
+                setattr(graph, _STATE_ATTR, state)
+    return state
+
+
+def _current_graph():
+    return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+
+
+def _replica_id():
+    """Which local replica of a tf.distribute strategy is building ops (0 if only one is local).
+
+    Each Ascend device has its own register, so each replica this process runs gets its own
+    emulated register: with a shared one, one replica's clear could erase another replica's
+    overflow. A process with a single local replica (one worker of a multi-worker strategy, or no
+    strategy) has one register, used from replica and cross-replica contexts alike.
+    """
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return 0
+    local = len(tf.distribute.get_strategy().extended.worker_devices or ())
+    if local <= 1:
+        return 0
+    context = tf.distribute.get_replica_context()
+    value = None if context is None else tf.get_static_value(context.replica_id_in_sync_group)
+    return int(value) % local if value is not None else 0
+
+
 # -- the register --------------------------------------------------------------------------------
 def _register():
-    """The register of the current graph (or of eager execution): a small mutable hash table.
+    """The register the ops being built use: a small int32 -> int32 mutable hash table.
 
-    A hash table rather than a variable: it needs no initializer (scripts that only run
+    It lives in the outermost graph (the one ``tf.init_scope`` reaches: the v1 graph, or eager
+    execution for ``tf.function``s), so every function, cond branch and loop body of a graph
+    shares it. A hash table rather than a variable: it needs no initializer (scripts that only run
     ``global_variables_initializer`` keep working) and is not written into checkpoints, so a
     checkpoint made with or without emulation restores either way.
     """
-    with _lock:
-        if tf.executing_eagerly():
-            if not _eager_register:
-                _eager_register.append(_new_table())
-            return _eager_register[0]
-        graph = tf.compat.v1.get_default_graph()
-        table = _registers.get(graph)
+    replica = _replica_id()
+    with tf.init_scope():
+        outer = _current_graph()
+        state = _state_of(outer)
+        table = state.registers.get(replica)
         if table is None:
-            with tf.init_scope(), tf.control_dependencies(None):
-                table = _new_table()
-            _registers[graph] = table
-        return table
-
-
-def _new_table():
-    return tf.lookup.experimental.MutableHashTable(
-        key_dtype=tf.int32, value_dtype=tf.int32, default_value=0, checkpoint=False,
-        name="npu_float_status_register")
+            with _lock:
+                table = state.registers.get(replica)
+                if table is None:
+                    with tf.control_dependencies(None), tf.device("/device:CPU:0"):
+                        table = tf.lookup.experimental.MutableHashTable(
+                            key_dtype=tf.int32, value_dtype=tf.int32, default_value=0,
+                            checkpoint=False, name="npu_float_status_register")
+                    state.registers[replica] = table
+    return table
 
 
 def _word_keys():
     return tf.range(STATUS_WORDS, dtype=tf.int32)
 
 
+def _step_start_here():
+    """The start op of the training step whose gradients are being built in this graph, if any."""
+    graph = _current_graph()
+    if graph is None:
+        return None
+    start = _state_of(graph).step_starts.get(_replica_id())
+    if start is None:
+        return None
+    # Inside a TF1 while loop or cond, leave ordering to the control-flow construct.
+    get_context = getattr(graph, "_get_control_flow_context", None)
+    if get_context is not None and get_context() is not None:
+        return None
+    return start
+
+
+@_as_is
 def record(overflowed, nan_seen=None):
     """Sets the register's overflow word if ``overflowed`` (and its NaN word if ``nan_seen``).
 
     Writes are branch-free and can only set words, never clear them, so concurrent writers
-    cannot lose an overflow. Returns the op.
+    cannot lose an overflow. A record built while a training step's gradients are being built
+    (between ``begin_step`` and ``observe_scaled_gradients`` of the emulation backend) runs after
+    that step's clear. Returns the op.
     """
     table = _register()
     flags = [tf.convert_to_tensor(overflowed, tf.bool)]
@@ -130,50 +239,66 @@ def record(overflowed, nan_seen=None):
     if nan_seen is not None:
         flags.append(tf.convert_to_tensor(nan_seen, tf.bool))
         words.append(_NAN_WORD)
-    keys = tf.where(tf.stack(flags), tf.constant(words, tf.int32),
-                    tf.fill([len(words)], tf.constant(_SCRATCH_KEY, tf.int32)))
-    return table.insert(keys, tf.ones([len(words)], tf.int32), name="record_float_status")
+    start = _step_start_here()
+    with tf.control_dependencies([start] if start is not None else []):
+        keys = tf.where(tf.stack(flags), tf.constant(words, tf.int32),
+                        tf.fill([len(words)], tf.constant(_SCRATCH_KEY, tf.int32)))
+        return table.insert(keys, tf.ones([len(words)], tf.int32), name="record_float_status")
 
 
+@_as_is
 def npu_get_float_status_v2(name=None):
-    """Reads the register: an int32[8] tensor, all zero when nothing overflowed since the clear."""
+    """Reads the register: an int32[8] tensor, all zero when nothing overflowed since the clear.
+
+    As with the device op, ordering is the caller's: build it under
+    ``tf.control_dependencies(gradients)`` to read after the gradients exist.
+    """
     return tf.identity(_register().lookup(_word_keys()), name=name or "npu_get_float_status_v2")
 
 
+@_as_is
 def npu_clear_float_status_v2(name=None):
-    """Clears the register. Returns the op."""
+    """Clears the register (all eight words to zero). Returns the op."""
     return _register().insert(_word_keys(), tf.zeros([STATUS_WORDS], tf.int32),
                               name=name or "npu_clear_float_status_v2")
 
 
+@_as_is
 def npu_alloc_float_status(name=None):
-    """Allocates a status buffer for the v1 protocol: float32[8] zeros."""
+    """Allocates a status buffer for the v1 protocol: float32[8] zeros (the register is untouched)."""
     return tf.zeros([STATUS_WORDS], tf.float32, name=name or "npu_alloc_float_status")
 
 
+@_as_is
 def npu_get_float_status(x, name=None):
-    """v1 protocol: returns the register as float32, shaped like the buffer ``x``."""
+    """v1 protocol: reads the register into a buffer shaped like ``x`` (float32), after ``x``."""
     x = tf.convert_to_tensor(x, tf.float32)
-    words = tf.cast(npu_get_float_status_v2(), tf.float32)
     with tf.control_dependencies([x]):
+        words = tf.cast(npu_get_float_status_v2(), tf.float32)
         return tf.reshape(words, tf.shape(x), name=name or "npu_get_float_status")
 
 
+@_as_is
 def npu_clear_float_status(x, name=None):
-    """v1 protocol: clears the register; returns zeros shaped like the buffer ``x``."""
+    """v1 protocol: clears the register after ``x``; returns zeros shaped like the buffer ``x``."""
     x = tf.convert_to_tensor(x, tf.float32)
-    with tf.control_dependencies([x, npu_clear_float_status_v2()]):
+    with tf.control_dependencies([x]):
+        cleared = npu_clear_float_status_v2()
+    with tf.control_dependencies([cleared]):
         return tf.zeros_like(x, name=name or "npu_clear_float_status")
 
 
 # -- saturation arithmetic -----------------------------------------------------------------------
 def _saturate_values(x):
-    """(saturated x, overflowed?, nan seen?) for a floating tensor, in saturation mode."""
+    """(saturated x, overflowed?, nan seen?) for a floating tensor, in saturation mode.
+
+    A value of the tensor's own dtype that overflowed is ±inf, so clipping to ±MAX maps exactly
+    the overflowed values (and nothing else) to ±MAX.
+    """
     big = tf.constant(x.dtype.max, x.dtype)
     nan = tf.math.is_nan(x)
-    over = tf.greater(tf.abs(x), big)
     y = tf.clip_by_value(tf.where(nan, tf.zeros_like(x), x), -big, big)
-    return y, tf.reduce_any(over), tf.reduce_any(nan)
+    return y, tf.reduce_any(tf.math.is_inf(x)), tf.reduce_any(nan)
 
 
 def _check_floating(name, x):
@@ -182,77 +307,105 @@ def _check_floating(name, x):
                         "float64); got dtype %s" % (name, x.dtype.name))
 
 
+@_as_is
 def saturate(x, name=None):
     """Applies Ascend saturation-mode arithmetic to ``x`` and to the gradient flowing back.
 
     In saturation mode (the default): values beyond the dtype's range become ±MAX of the dtype
     (±65504 for float16), NaN becomes 0, and each such event — on the forward value or on the
     gradient during backpropagation — sets the emulated float-status register. In INF/NaN mode
-    (``set_device_sat_mode(1)``) the tensor and its gradient pass through unchanged.
+    (``set_device_sat_mode(1)``), and on the real device (backend ``npu``, which saturates by
+    itself), ``x`` and its gradient pass through unchanged.
+
+    Place it where the device would saturate: after every float16 op, or at least after the ops
+    that can overflow. :mod:`npu_loss_scale.saturation` does that for a layer, a function or
+    every float16 op of a graph you build.
 
     Example::
 
-        y = saturate(tf.cast(tf.constant([1e5, -1e5, float('nan'), 3.0]), tf.float16))
+        y = saturate(tf.cast([1e5, -1e5, float("nan"), 3.0], tf.float16))
         # y == [65504, -65504, 0, 3], and npu_get_float_status_v2() is now non-zero
     """
     x = tf.convert_to_tensor(x)
     _check_floating("x", x)
-    if is_inf_nan_enabled():
+    if _device_plugin() is not None or is_inf_nan_enabled():
         return tf.identity(x, name=name)
+    return _saturate(x, name=name)
+
+
+@_as_is
+def _saturate(x, name=None):
+    """Saturation regardless of mode and backend (the arithmetic of a device in saturation mode)."""
     with tf.name_scope(name or "saturate"):
         return _saturate_with_grad(x)
+
+
+def _saturate_gradient(dy):
+    if isinstance(dy, tf.IndexedSlices):
+        return tf.IndexedSlices(_saturate_gradient(dy.values), dy.indices, dy.dense_shape)
+    dy = tf.convert_to_tensor(dy)
+    dy_sat, over, nan = _saturate_values(dy)
+    with tf.control_dependencies([record(over, nan)]):
+        return tf.identity(dy_sat)
 
 
 @tf.custom_gradient
 def _saturate_with_grad(x):
     y, over, nan = _saturate_values(x)
-    event = tf.logical_or(over, nan)
     with tf.control_dependencies([record(over, nan)]):
         y = tf.identity(y)
     if not tf.executing_eagerly():
-        tf.compat.v1.add_to_collection(_FORWARD_EVENTS, (y, event, over, nan))
-
-    def grad(dy):
-        dy_sat, g_over, g_nan = _saturate_values(tf.convert_to_tensor(dy))
-        with tf.control_dependencies([record(g_over, g_nan)]):
-            return tf.identity(dy_sat)
-
-    return y, grad
+        _state_of(y.graph).forward_events.append((y, over, nan))
+    return y, _saturate_gradient
 
 
+# -- training-step boundaries (used by the emulation detection backend) --------------------------
+@_as_is
 def forward_events_feeding(tensors):
-    """The forward saturation events (overflow, nan) of the current graph that feed ``tensors``.
+    """The forward saturation events (overflow, nan) of this graph that feed ``tensors``.
 
     The optimizer clears the register when a training step's gradient computation starts; events
     of that step's own forward pass, which may already have run, are folded back in so they are
-    not lost. Events of unrelated subgraphs (an evaluation tower) are left out.
+    not lost (see :func:`clear_keeping`). Events of unrelated subgraphs (an evaluation tower) are
+    left out, so their overflow is not blamed on the training step.
     """
-    if tf.executing_eagerly():
+    tensors = [t for t in tensors if isinstance(t, tf.Tensor) and not _is_eager_tensor(t)]
+    if not tensors:
         return []
-    events = tf.compat.v1.get_collection(_FORWARD_EVENTS)
+    events = _state_of(tensors[0].graph).forward_events
     if not events:
         return []
-    wanted = {id(op) for op in _ancestor_ops(tensors)}
-    return [(over, nan) for (y, _event, over, nan) in events if id(y.op) in wanted]
+    wanted = _ancestor_op_ids(tensors)
+    return [(over, nan) for (y, over, nan) in events if id(y.op) in wanted]
 
 
-def _ancestor_ops(tensors):
+def _is_eager_tensor(t):
+    try:
+        t.graph  # pylint: disable=pointless-statement
+    except AttributeError:
+        return True
+    return False
+
+
+def _ancestor_op_ids(tensors):
     seen = set()
-    stack = [t.op for t in tensors if t is not None]
-    out = []
+    stack = [t.op for t in tensors]
     while stack:
         op = stack.pop()
         if id(op) in seen:
             continue
         seen.add(id(op))
-        out.append(op)
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
-    return out
+    return seen
 
 
+@_as_is
 def clear_keeping(events, name=None):
-    """Clears the register, then leaves set the words of the given forward ``events``."""
+    """Clears the register, then leaves set the words of the given forward ``events``.
+
+    The op reads the events, so it runs after the forward pass that produced them.
+    """
     if not events:
         return npu_clear_float_status_v2(name=name)
     over = tf.reduce_any(tf.stack([e[0] for e in events]))
@@ -262,17 +415,41 @@ def clear_keeping(events, name=None):
     return _register().insert(_word_keys(), words, name=name or "npu_clear_float_status_v2")
 
 
+@_as_is
+def start_step(op):
+    """Orders after ``op`` every record built in this graph until :func:`end_step`.
+
+    The emulation backend calls it with the op that clears the register at the start of a
+    training step, and :func:`end_step` once that step's gradients are built: a saturation event
+    of the backward pass (which may not otherwise depend on the clear) cannot run before the
+    clear and be erased by it. Records built later (an evaluation tower) stay independent.
+    """
+    graph = _current_graph()
+    if graph is not None and op is not None:
+        _state_of(graph).step_starts[_replica_id()] = op
+
+
+@_as_is
+def end_step():
+    """Ends what :func:`start_step` started (no-op if nothing was started)."""
+    graph = _current_graph()
+    if graph is not None:
+        _state_of(graph).step_starts.pop(_replica_id(), None)
+
+
+@_as_is
 def record_scaled_gradients(grads):
     """Records, as the device would during backpropagation, overflow in scaled gradients.
 
-    A gradient that is non-finite or holds ±MAX of its dtype counts as an overflow. Returns the
-    op, or None when there is nothing to look at.
+    A gradient that is non-finite or holds ±MAX of its dtype counts as an overflow: in
+    saturation mode ±MAX is what an overflowed op leaves behind. Returns the op, or None when
+    there is nothing to look at.
     """
     checks = []
     for g in grads:
         if g is None:
             continue
-        values = g.values if isinstance(g, tf.IndexedSlices) else g
+        values = g.values if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
         if not values.dtype.is_floating:
             continue
         big = tf.constant(values.dtype.max, values.dtype)
@@ -285,13 +462,21 @@ def record_scaled_gradients(grads):
 
 
 def reset_register():
-    """Forgets the eager-mode register (graph registers live and die with their graph)."""
-    with _lock:
-        del _eager_register[:]
+    """Forgets the eager-mode registers (graph registers live and die with their graph).
 
+    ``tf.function``s traced before the reset keep the old register: trace them again.
+    """
+    with _lock:
+        _eager_state.registers.clear()
+        _eager_state.step_starts.clear()
+
+
+# At the end: detection imports this module, and only calls into it, at run time.
+from . import detection  # noqa: E402  pylint: disable=wrong-import-position,cyclic-import
 
 __all__ = ["saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
            "npu_alloc_float_status", "npu_get_float_status", "npu_clear_float_status",
-           "npu_get_float_status_v2", "npu_clear_float_status_v2", "SATURATION", "INF_NAN",
-           "STATUS_WORDS"]
-
+           "npu_get_float_status_v2", "npu_clear_float_status_v2", "record",
+           "record_scaled_gradients", "forward_events_feeding", "clear_keeping", "start_step",
+           "end_step", "reset_register", "SATURATION", "INF_NAN", "STATUS_WORDS",
+           "MODE_ENV_VAR"]

@@ -187,10 +187,12 @@ class NPULossScaleOptimizer(_Base):
                 # made here does, so every gradient op runs after the register was cleared.
                 grad_loss = (tf.ones_like(scaled_loss) if grad_loss is None
                              else tf.identity(grad_loss))
-        grads_and_vars = self._optimizer.compute_gradients(
-            loss=scaled_loss, var_list=var_list, gate_gradients=gate_gradients,
-            aggregation_method=aggregation_method,
-            colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
+            # Gradient ops that read only forward values (the 2*x in the gradient of x**2) do
+            # not depend on the seed: building the whole backward pass here orders them too.
+            grads_and_vars = self._optimizer.compute_gradients(
+                loss=scaled_loss, var_list=var_list, gate_gradients=gate_gradients,
+                aggregation_method=aggregation_method,
+                colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
         grads = [g for g, _ in grads_and_vars]
         observed = self._detector.observe_scaled_gradients(grads) if self._check_overflow else None
         with tf.control_dependencies([observed] if observed is not None else []):

@@ -1,0 +1,21 @@
+"""CPU shim of Huawei's ``npu_bridge`` (Ascend TF adapter) from npu-loss-scale.
+
+``python -m npu_loss_scale.emulate script.py`` puts the folder holding this package at the end of
+``sys.path`` when no real ``npu_bridge`` is importable, so an unmodified Ascend script's imports of
+the loss-scale API resolve to :mod:`npu_loss_scale`:
+
+* ``npu_bridge.npu_init`` (``from npu_bridge.npu_init import *``)
+* ``npu_bridge.estimator.npu.npu_loss_scale_optimizer.NPULossScaleOptimizer``
+* ``npu_bridge.estimator.npu.npu_loss_scale_manager``: ``LossScaleManager``,
+  ``FixedLossScaleManager``, ``ExponentialUpdateLossScaleManager``
+* ``npu_bridge.estimator.npu.npu_optimizer``: ``NPUDistributedOptimizer``, ``NPUOptimizer``
+  (one rank only)
+* ``npu_bridge.estimator.npu.npu_plugin``: ``set_device_sat_mode``, ``is_inf_nan_enabled``
+* ``npu_bridge.helper.helper.get_gen_ops()``: the emulated float-status ops
+* ``npu_bridge.hccl.hccl_ops.allreduce`` (one rank only)
+
+Everything else of the adapter (NPUEstimator, NPU-specific ops, ...) is not emulated. The package
+is marked as a shim, so :func:`npu_loss_scale.detection.get_backend_name` keeps choosing the
+``emulation`` backend. It never takes the place of a real npu_bridge.
+"""
+__npu_loss_scale_shim__ = True

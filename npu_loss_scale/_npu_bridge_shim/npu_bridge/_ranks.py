@@ -1,0 +1,55 @@
+"""Rank numbers of the emulated run, from the environment variables Ascend launchers set."""
+import os
+
+
+def _env_int(name, default):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError("environment variable %s must be an integer; got %r" % (name, raw))
+
+
+def rank_size():
+    return _env_int("RANK_SIZE", 1)
+
+
+def rank_id():
+    return _env_int("RANK_ID", 0)
+
+
+def local_rank_size():
+    return _env_int("LOCAL_RANK_SIZE", rank_size())
+
+
+def local_rank_id():
+    return _env_int("LOCAL_RANK_ID", _env_int("DEVICE_ID", rank_id()))
+
+
+def require_single_rank(what):
+    size = rank_size()
+    if size > 1:
+        raise NotImplementedError(
+            "%s: RANK_SIZE=%d, but the CPU emulation of npu_bridge has no HCCL and runs a single "
+            "rank. Run with RANK_SIZE=1, or use Horovod or a tf.distribute strategy for several "
+            "processes (npu_loss_scale.NPULossScaleOptimizer agrees on overflow through them)."
+            % (what, size))
+
+
+# The hccl.manage.api / npu_init spellings (the group argument is accepted and ignored).
+def get_rank_size(group="hccl_world_group"):  # pylint: disable=unused-argument
+    return rank_size()
+
+
+def get_rank_id(group="hccl_world_group"):  # pylint: disable=unused-argument
+    return rank_id()
+
+
+def get_local_rank_size(group="hccl_world_group"):  # pylint: disable=unused-argument
+    return local_rank_size()
+
+
+def get_local_rank_id(group="hccl_world_group"):  # pylint: disable=unused-argument
+    return local_rank_id()

@@ -1,0 +1,179 @@
+"""Run an unmodified Ascend TensorFlow script on a CPU, with the NPU emulated.
+
+Usage::
+
+    python -m npu_loss_scale.emulate [options] script.py [script args ...]
+    python -m npu_loss_scale.emulate [options] -m package.module [module args ...]
+
+Options (before the script):
+
+``--sat-mode {0,1}``
+    The emulated device's overflow mode: 0 = saturation (default, as on an Atlas training
+    device), 1 = INF/NaN. Sets ``NPU_LOSS_SCALE_SAT_MODE`` for the script (and its children); a
+    script's own ``npu_plugin.set_device_sat_mode`` call still wins.
+``--saturate-every-op``
+    Saturate every float16 op the script builds into a graph (see
+    :func:`npu_loss_scale.saturation.saturate_every_op`): overflow becomes ±65504 and only the
+    emulated float-status register knows, as on the device. Without it, overflow on the CPU stays
+    IEEE inf/NaN, which the emulation backend detects as well.
+``--saturate-dtypes float16[,float32...]``
+    The dtypes ``--saturate-every-op`` saturates (default: float16).
+
+When no real ``npu_bridge`` is importable, the folder of the CPU shim (package
+``npu_bridge``, and ``hccl`` for its rank helpers) is appended to the *end* of ``sys.path``, so
+
+    from npu_bridge.npu_init import *
+    from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer
+    from npu_bridge.estimator.npu.npu_loss_scale_manager import (
+        FixedLossScaleManager, ExponentialUpdateLossScaleManager)
+
+resolve to :mod:`npu_loss_scale` (see the shim's package docstring for every name provided).
+A real ``npu_bridge`` is never shadowed: when one is importable the shim is not installed at all
+(a note says so on stderr), and being last on ``sys.path`` it cannot win over one anyway.
+
+Example::
+
+    python -m npu_loss_scale.emulate --saturate-every-op run_pretraining.py --npu_bert_loss_scale=0
+"""
+import argparse
+import contextlib
+import importlib.util
+import os
+import runpy
+import sys
+
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_npu_bridge_shim")
+SHIM_PACKAGES = ("npu_bridge", "hccl")
+_PROG = "python -m npu_loss_scale.emulate"
+
+
+def _is_shim_module(module):
+    return bool(getattr(module, "__npu_loss_scale_shim__", False))
+
+
+def real_npu_bridge_origin():
+    """Where a real ``npu_bridge`` would be imported from with the current ``sys.path``, or None."""
+    loaded = sys.modules.get("npu_bridge")
+    if loaded is not None:
+        return None if _is_shim_module(loaded) else (getattr(loaded, "__file__", None) or "?")
+    saved = list(sys.path)
+    try:
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != SHIM_DIR]
+        spec = importlib.util.find_spec("npu_bridge")
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path[:] = saved
+    if spec is None:
+        return None
+    return spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
+
+
+def install_shim():
+    """Makes ``npu_bridge`` resolve to the CPU shim unless a real one is importable.
+
+    Returns True when the shim is (now) in use, False when a real npu_bridge is there.
+    """
+    if real_npu_bridge_origin() is not None:
+        return False
+    if SHIM_DIR not in sys.path:
+        sys.path.append(SHIM_DIR)
+    return True
+
+
+def uninstall_shim():
+    """Undoes :func:`install_shim`: the shim folder leaves ``sys.path``, its modules ``sys.modules``."""
+    sys.path[:] = [p for p in sys.path if p != SHIM_DIR]
+    for name in list(sys.modules):
+        top = name.split(".", 1)[0]
+        if top in SHIM_PACKAGES and _is_shim_module(sys.modules.get(top)):
+            del sys.modules[name]
+
+
+_VALUE_OPTIONS = ("--sat-mode", "--saturate-dtypes")
+
+
+def _split(argv):
+    """(emulate's own options, -m module or None, script and its arguments)."""
+    own = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "-m":
+            if i + 1 >= len(argv):
+                return own + [token], None, []
+            return own, argv[i + 1], argv[i + 2:]
+        if token == "--":
+            return own, None, argv[i + 1:]
+        if not token.startswith("-"):
+            return own, None, argv[i:]
+        own.append(token)
+        if token in _VALUE_OPTIONS and i + 1 < len(argv):
+            own.append(argv[i + 1])
+            i += 1
+        i += 1
+    return own, None, []
+
+
+def _parse(argv):
+    own, module, target = _split(list(argv))
+    parser = argparse.ArgumentParser(
+        prog=_PROG, usage="%(prog)s [options] script.py [args ...] | %(prog)s [options] -m "
+                          "module [args ...]",
+        description="Run an unmodified Ascend TensorFlow script on CPU with the NPU "
+                    "float-status register and saturation mode emulated.")
+    parser.add_argument("--sat-mode", type=int, choices=(0, 1), default=None,
+                        help="0 = saturation (Atlas training default), 1 = INF/NaN")
+    parser.add_argument("--saturate-every-op", action="store_true",
+                        help="saturate every float16 op the script builds, as the device does")
+    parser.add_argument("--saturate-dtypes", default="float16",
+                        help="comma-separated dtypes for --saturate-every-op (default float16)")
+    args = parser.parse_args(own)
+    args.module = module
+    if module is None:
+        if not target:
+            parser.error("the script to run is missing")
+        args.script, args.script_args = target[0], target[1:]
+    else:
+        args.script, args.script_args = None, target
+    return args
+
+
+def main(argv=None):
+    """Entry point of ``python -m npu_loss_scale.emulate``; returns the exit code (or raises
+    SystemExit as the script does)."""
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    if args.sat_mode is not None:
+        os.environ["NPU_LOSS_SCALE_SAT_MODE"] = str(args.sat_mode)
+
+    if args.script is not None:
+        script = os.path.abspath(args.script)
+        if not os.path.exists(script):
+            print("%s: no such script: %s" % (_PROG, args.script), file=sys.stderr)
+            return 2
+        sys.argv = [args.script] + args.script_args
+        sys.path[0] = os.path.dirname(script)  # as `python script.py` does
+    else:
+        sys.argv = [args.module] + args.script_args
+        sys.path[0] = os.getcwd()  # as `python -m module` does
+
+    if not install_shim():
+        print("%s: using the real npu_bridge at %s; the CPU shim is not installed"
+              % (_PROG, real_npu_bridge_origin()), file=sys.stderr)
+
+    if args.saturate_every_op:
+        from . import saturation  # imports TensorFlow
+        dtypes = tuple(d.strip() for d in args.saturate_dtypes.split(",") if d.strip())
+        context = saturation.saturate_every_op(dtypes)
+    else:
+        context = contextlib.nullcontext()
+    with context:
+        if args.script is not None:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
