@@ -84,7 +84,7 @@ class OverflowDetector(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def read_status(self, grads):
+    def read_status(self, grads, observed=()):
         """float32 vector whose entries are all zero exactly when nothing overflowed."""
 
     def end_step(self, status):  # pylint: disable=unused-argument
@@ -94,12 +94,23 @@ class OverflowDetector(abc.ABC):
         return "<%s backend>" % self.name
 
 
+def _ref(grad):
+    """A hashable key for a gradient (dense tensor or IndexedSlices)."""
+    values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+    return values.ref() if hasattr(values, "ref") else id(values)
+
+
+def observed_refs(grads):
+    """Keys of ``grads`` for ``read_status(..., observed=...)``."""
+    return {_ref(g) for g in grads if g is not None}
+
+
 class InfNanDetector(OverflowDetector):
     """IEEE detection: a step overflowed when some gradient is inf or NaN."""
 
     name = "inf_nan"
 
-    def read_status(self, grads):
+    def read_status(self, grads, observed=()):
         return tf.reshape(_nonfinite_count(grads), [1])
 
 
@@ -117,14 +128,17 @@ class _RegisterDetector(OverflowDetector):
         """In saturation mode, also count IEEE infs/NaNs in the gradients."""
         return False
 
-    def read_status(self, grads):
+    def read_status(self, grads, observed=()):
         if self._inf_nan_mode():
             return tf.reshape(_nonfinite_count(grads), [1])
         get_status, _ = self._ops()
         with tf.control_dependencies(_grad_tensors(grads)):
             words = tf.cast(get_status(), tf.float32)
         if self._check_finite_too():
-            return tf.concat([words, tf.reshape(_nonfinite_count(grads), [1])], axis=0)
+            # Gradients whose scaled form went through observe_scaled_gradients are already in
+            # the register (unscaling cannot create an inf or NaN): count only the others.
+            unobserved = [g for g in grads if g is not None and _ref(g) not in observed]
+            return tf.concat([words, tf.reshape(_nonfinite_count(unobserved), [1])], axis=0)
         return words
 
     def end_step(self, status):

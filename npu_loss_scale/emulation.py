@@ -452,13 +452,12 @@ def record_scaled_gradients(grads):
         values = g.values if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
         if not values.dtype.is_floating:
             continue
-        big = tf.constant(values.dtype.max, values.dtype)
-        bad = tf.logical_or(tf.logical_not(tf.math.is_finite(values)),
-                            tf.greater_equal(tf.abs(values), big))
-        checks.append(tf.reduce_any(bad))
+        # |g| < MAX is False for ±MAX, ±inf and NaN alike: one comparison covers all three.
+        in_range = tf.less(tf.abs(values), tf.constant(values.dtype.max, values.dtype))
+        checks.append(tf.reduce_all(in_range))
     if not checks:
         return None
-    return record(tf.reduce_any(tf.stack(checks)))
+    return record(tf.logical_not(tf.reduce_all(tf.stack(checks))))
 
 
 def reset_register():

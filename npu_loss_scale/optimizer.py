@@ -159,7 +159,9 @@ class NPULossScaleOptimizer(_Base):
                         synchronization=tf.VariableSynchronization.AUTO,
                         aggregation=tf.VariableAggregation.NONE)
                 self._track_trackable(skipped, "skipped_steps", overwrite=True)
-                state = {"skipped_steps": skipped, "finite": None}
+                # observed: gradients this optimizer returned whose scaled form the detector has
+                # already looked at (so apply need not scan them again).
+                state = {"skipped_steps": skipped, "finite": None, "observed": set()}
                 self._graph_state[key] = state
             return state
 
@@ -197,6 +199,8 @@ class NPULossScaleOptimizer(_Base):
         observed = self._detector.observe_scaled_gradients(grads) if self._check_overflow else None
         with tf.control_dependencies([observed] if observed is not None else []):
             unscaled = self._unscale_grads(grads)
+        if observed is not None:
+            self._state()["observed"].update(detection.observed_refs(unscaled))
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
     def _scale_grad(self, grad, loss_scale_reciprocal):
@@ -215,7 +219,7 @@ class NPULossScaleOptimizer(_Base):
 
     # -- applying -----------------------------------------------------------------------------
     def _replica_status(self, grads):
-        return self._detector.read_status(grads)
+        return self._detector.read_status(grads, observed=self._state()["observed"])
 
     def _distributed_apply(self, distribution, grads_and_vars, global_step=None, name=None):
         """Cross-replica part of apply_gradients (reached through merge_call, as in TensorFlow)."""

@@ -368,3 +368,24 @@ def test_overflow_seen_in_an_evaluation_fetch_is_not_blamed_on_the_next_step(v1_
     finally:
         if v1_control_flow:
             tf.compat.v1.enable_control_flow_v2()
+
+
+@pytest.mark.parametrize("backend", ["emulation", "inf_nan"])
+def test_non_finite_gradients_built_outside_compute_gradients_are_caught(graph, session, backend):
+    """apply_gradients alone (gradients from tf.gradients, or altered after compute_gradients)
+    must still see an inf: only gradients whose scaled form was observed skip the scan."""
+    w = tf.compat.v1.get_variable("w", initializer=[1.0, 2.0])
+    bad = tf.compat.v1.placeholder_with_default(1.0, [])
+    loss = tf.reduce_sum(w * 3.0)
+    opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
+                                    nls.FixedLossScaleManager(4), backend=backend)
+    outside = opt.apply_gradients([(tf.gradients(loss, w)[0] * bad, w)])
+    (g, v), = opt.compute_gradients(loss, [w])
+    altered = opt.apply_gradients([(g * bad, v)])
+    session.run(tf.compat.v1.global_variables_initializer())
+    for train in (outside, altered):
+        session.run(train, {bad: float("inf")})
+        np.testing.assert_array_equal(session.run(w), [1.0, 2.0])
+    session.run(altered)
+    np.testing.assert_array_equal(session.run(w), [-0.5, 0.5])
+    assert session.run(opt.skipped_steps) == 2
