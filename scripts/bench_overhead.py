@@ -11,7 +11,7 @@ Builds the same fp32 MLP (many variables, so per-gradient work shows) once per v
   nls_emulation    NPULossScaleOptimizer, emulation backend (register + MAX check)
   nls_fixed_nochk  NPULossScaleOptimizer, FixedLossScaleManager(enable_overflow_check=False)
 
-Prints the median ms per step over 5 repeats and the ratios to both baselines. The numbers depend
+Prints the median ms per step over the repeats (variants timed round robin) and the ratios to both baselines. The numbers depend
 on the machine and its load: compare ratios from one run, not across runs.
 """
 import argparse
@@ -51,22 +51,25 @@ def build(variant, layers, width, batch):
     return opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
 
 
-def time_variant(variant, args):
-    with tf.Graph().as_default():
+def open_variant(variant, args):
+    graph = tf.Graph()
+    with graph.as_default():
         train = build(variant, args.layers, args.width, args.batch)
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
-                                          inter_op_parallelism_threads=2)
-        with tf.compat.v1.Session(config=config) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for _ in range(20):
-                sess.run(train)
-            runs = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                for _ in range(args.steps):
-                    sess.run(train)
-                runs.append((time.perf_counter() - start) * 1000.0 / args.steps)
-    return statistics.median(runs)
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
+                                      inter_op_parallelism_threads=2)
+    sess = tf.compat.v1.Session(graph=graph, config=config)
+    sess.run(init)
+    for _ in range(20):
+        sess.run(train)
+    return sess, train
+
+
+def time_steps(sess, train, steps):
+    start = time.perf_counter()
+    for _ in range(steps):
+        sess.run(train)
+    return (time.perf_counter() - start) * 1000.0 / steps
 
 
 def main():
@@ -78,7 +81,15 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args()
     variants = ["plain", "tf_dynamic", "nls_inf_nan", "nls_emulation", "nls_fixed_nochk"]
-    results = {v: time_variant(v, args) for v in variants}
+    opened = {v: open_variant(v, args) for v in variants}
+    # Round robin: every repeat times each variant once, so drifting machine load is shared.
+    runs = {v: [] for v in variants}
+    for _ in range(args.repeats):
+        for v in variants:
+            runs[v].append(time_steps(*opened[v], args.steps))
+    results = {v: statistics.median(runs[v]) for v in variants}
+    for sess, _ in opened.values():
+        sess.close()
     print("TensorFlow %s, %d layers x %d, batch %d, %d steps x %d repeats (median)"
           % (tf.__version__, args.layers, args.width, args.batch, args.steps, args.repeats))
     print("%-16s %10s %12s %16s" % ("variant", "ms/step", "vs plain", "vs tf_dynamic"))
