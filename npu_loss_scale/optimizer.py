@@ -50,8 +50,11 @@ class NPULossScaleOptimizer(_Base):
         ``tf.distribute`` strategy; see :mod:`npu_loss_scale.agreement`).
       backend: overflow detection backend, ``"npu"``, ``"emulation"`` or ``"inf_nan"``; default:
         ``$NPU_LOSS_SCALE_BACKEND``, else ``npu`` when npu_bridge imports, else ``emulation``.
-      agreement: with ``is_distributed``, how ranks agree (``"strategy"``, ``"hccl"``,
-        ``"horovod"``); default: discovered.
+      agreement: with ``is_distributed``, how ranks agree: ``"strategy"``, ``"hccl"``,
+        ``"horovod"``, ``"collective"`` or an :class:`npu_loss_scale.agreement.Agreement`
+        instance; default: discovered (see :mod:`npu_loss_scale.agreement` and
+        docs/distributed.md). With ``is_distributed=False`` in a run that looks multi-rank, a
+        :class:`~npu_loss_scale.agreement.RanksMayDivergeWarning` is issued once.
       summaries: add ``tf.compat.v1.summary`` scalars ``loss_scale``, ``skipped_steps`` and
         ``overflow`` when the train op is built.
       name: the optimizer's name; default ``"NPULossScale_" + opt.get_name()``.
@@ -79,7 +82,7 @@ class NPULossScaleOptimizer(_Base):
         self._check_overflow = bool(loss_scale_manager.get_enable_overflow_check())
         self._backend_name = detection.get_backend_name(backend)
         self._detector = detection.make_detector(self._backend_name)
-        if agreement is not None:
+        if agreement is not None and not isinstance(agreement, agreement_lib.Agreement):
             _checks.one_of("agreement", agreement, agreement_lib.AGREEMENT_NAMES)
         self._agreement_choice = agreement
         self._summaries = summaries
@@ -242,6 +245,8 @@ class NPULossScaleOptimizer(_Base):
         if self._is_distributed:
             agreement = agreement_lib.make_agreement(self._agreement_choice, self._backend_name)
             status = agreement.reduce(status)
+        else:
+            agreement_lib.warn_if_ranks_may_diverge()
         finite = tf.reduce_all(tf.equal(status, 0.0), name=FINITE_OP_NAME)
         state["finite"] = finite
 
