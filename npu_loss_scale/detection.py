@@ -47,14 +47,8 @@ BACKEND_NAMES = ("npu", "emulation", "inf_nan")
 
 def _nonfinite_count(grads):
     """float32 scalar: how many of ``grads`` hold an inf or a NaN (None entries ignored)."""
-    checks = []
-    for g in grads:
-        if g is None:
-            continue
-        values = g.values if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
-        if not values.dtype.is_floating:
-            continue
-        checks.append(tf.logical_not(tf.reduce_all(tf.math.is_finite(values))))
+    checks = [tf.logical_not(tf.reduce_all(tf.math.is_finite(values)))
+              for values in emulation.floating_values(grads)]
     if not checks:
         return tf.zeros([], tf.float32)
     return tf.reduce_sum(tf.cast(tf.stack(checks), tf.float32))

@@ -437,6 +437,17 @@ def end_step():
         _state_of(graph).step_starts.pop(_replica_id(), None)
 
 
+def floating_values(grads):
+    """The value tensors of the floating-point gradients in ``grads`` (None entries skipped;
+    the ``values`` of an ``IndexedSlices``)."""
+    for g in grads:
+        if g is None:
+            continue
+        values = g.values if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
+        if values.dtype.is_floating:
+            yield values
+
+
 @_as_is
 def record_scaled_gradients(grads):
     """Records, as the device would during backpropagation, overflow in scaled gradients.
@@ -446,12 +457,7 @@ def record_scaled_gradients(grads):
     there is nothing to look at.
     """
     checks = []
-    for g in grads:
-        if g is None:
-            continue
-        values = g.values if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
-        if not values.dtype.is_floating:
-            continue
+    for values in floating_values(grads):
         # |g| < MAX is False for ±MAX, ±inf and NaN alike: one comparison covers all three.
         in_range = tf.less(tf.abs(values), tf.constant(values.dtype.max, values.dtype))
         checks.append(tf.reduce_all(in_range))

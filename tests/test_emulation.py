@@ -5,6 +5,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from npu_loss_scale import emulation
+from graph_walk import ancestors
 
 F16_MAX = 65504.0
 F32_MAX = float(np.finfo(np.float32).max)
@@ -18,16 +19,6 @@ def _f16(values):
     return tf.cast(tf.constant(values, tf.float32), tf.float16)
 
 
-def _ancestors(tensors_or_ops):
-    seen, stack = set(), [getattr(t, "op", t) for t in tensors_or_ops]
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return seen
 
 
 # -- register ------------------------------------------------------------------------------------
@@ -87,11 +78,11 @@ def test_v1_protocol_alloc_get_clear(graph, session):
 def test_v1_protocol_reads_after_its_buffer_and_clears_after_its_input(graph):
     buffer = emulation.npu_alloc_float_status()
     got = emulation.npu_get_float_status(buffer)
-    lookups = [op for op in _ancestors([got]) if op.type == "LookupTableFindV2"]
-    assert lookups and all(buffer.op in _ancestors([op]) for op in lookups)
+    lookups = [op for op in ancestors([got]) if op.type == "LookupTableFindV2"]
+    assert lookups and all(buffer.op in ancestors([op]) for op in lookups)
     cleared = emulation.npu_clear_float_status(got)
-    inserts = [op for op in _ancestors([cleared]) if op.type == "LookupTableInsertV2"]
-    assert inserts and all(got.op in _ancestors([op]) for op in inserts)
+    inserts = [op for op in ancestors([cleared]) if op.type == "LookupTableInsertV2"]
+    assert inserts and all(got.op in ancestors([op]) for op in inserts)
 
 
 # -- saturation arithmetic -----------------------------------------------------------------------
@@ -254,7 +245,7 @@ def test_overflow_in_the_steps_own_forward_pass_survives_the_clear(graph, sessio
     begin = [op for op in graph.get_operations() if op.type == "LookupTableInsertV2"
              and "record" not in op.name][0]
     overflowing = [op for op in graph.get_operations() if op.name.startswith("saturate_1/")]
-    assert overflowing and set(overflowing) & _ancestors([begin])  # the clear reads its event
+    assert overflowing and set(overflowing) & ancestors([begin])  # the clear reads its event
     session.run(tf.compat.v1.global_variables_initializer())
     grads = session.run([g for g, _ in grads_and_vars])
     assert all(np.isfinite(g).all() for g in grads)  # the saturated forward pass looks fine
@@ -266,10 +257,10 @@ def test_overflow_in_the_steps_own_forward_pass_survives_the_clear(graph, sessio
 
 def test_status_is_read_after_every_gradient(graph):
     _, _, opt, grads_and_vars, _ = _train_graph()
-    reads = [op for op in _ancestors([opt.overflow_status_reduce_all])
+    reads = [op for op in ancestors([opt.overflow_status_reduce_all])
              if op.type == "LookupTableFindV2"]
     assert len(reads) == 1
-    before_read = _ancestors(reads)
+    before_read = ancestors(reads)
     for g, _ in grads_and_vars:
         assert g.op in before_read
 
@@ -279,11 +270,11 @@ def test_backward_saturation_records_wait_for_the_step_clear_but_later_ones_do_n
     inserts = [op for op in graph.get_operations() if op.type == "LookupTableInsertV2"]
     begin = [op for op in inserts if "record" not in op.name][0]  # built first: the step's clear
     backward = [op for op in inserts if op.name.startswith("gradients/")]
-    assert backward and all(begin in _ancestors([op]) for op in backward)
+    assert backward and all(begin in ancestors([op]) for op in backward)
     later = nls.saturate(_f16([1.0]))  # an evaluation tower built after the train op
-    later_records = [op for op in _ancestors([later]) if op.type == "LookupTableInsertV2"]
-    assert later_records and not any(begin in _ancestors([op]) for op in later_records)
-    assert begin in _ancestors([train_op])
+    later_records = [op for op in ancestors([later]) if op.type == "LookupTableInsertV2"]
+    assert later_records and not any(begin in ancestors([op]) for op in later_records)
+    assert begin in ancestors([train_op])
 
 
 @pytest.mark.parametrize("mode", [0, 1], ids=["saturation", "inf_nan"])

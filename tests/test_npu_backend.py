@@ -19,6 +19,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from npu_loss_scale import detection, emulation
+from graph_walk import ancestors
 
 STAND_IN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_in")
 OVERFLOW_SCALE = 2.0 ** 16
@@ -47,16 +48,6 @@ def stand_in(monkeypatch):
     _drop_stand_in_modules()
 
 
-def _ancestors(tensors_or_ops):
-    seen, stack = set(), [getattr(t, "op", t) for t in tensors_or_ops]
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return seen
 
 
 def _build(manager, is_distributed=False, agreement=None):
@@ -98,12 +89,12 @@ def test_status_is_read_after_every_gradient_and_cleared_after_the_read(stand_in
         "npu_get_float_status_v2",     # read ...
         "npu_clear_float_status_v2"]   # ... then clear
     begin, get, end = [op for _, op in status_ops]
-    before_get = _ancestors([get])
+    before_get = ancestors([get])
     for g in model["grads"]:
         assert g.op in before_get
-    assert get in _ancestors([end])
-    assert get in _ancestors([model["opt"].overflow_status_reduce_all])
-    assert begin in _ancestors([model["train_op"]])
+    assert get in ancestors([end])
+    assert get in ancestors([model["opt"].overflow_status_reduce_all])
+    assert begin in ancestors([model["train_op"]])
 
 
 def test_overflowed_step_is_skipped_although_its_gradients_look_finite(stand_in, graph, session):
@@ -180,9 +171,9 @@ def test_is_distributed_all_reduces_the_status_in_both_modes(stand_in, graph, se
     model = _build(nls.FixedLossScaleManager(SAFE_SCALE), is_distributed=True)
     reduces = stand_in.logged("allreduce")
     assert len(reduces) == 1 and reduces[0][2]["fusion"] == 0
-    assert reduces[0][1] in _ancestors([model["opt"].overflow_status_reduce_all])
+    assert reduces[0][1] in ancestors([model["opt"].overflow_status_reduce_all])
     for g in model["grads"]:
-        assert g.op in _ancestors([reduces[0][2]["input"]])
+        assert g.op in ancestors([reduces[0][2]["input"]])
     _, w, step = _run_step(session, model)
     np.testing.assert_array_equal(w, [1.0, 1.0])  # locally finite, skipped with the others
     assert step == 0
@@ -208,5 +199,5 @@ def test_every_gradient_op_runs_after_the_step_clear(stand_in, graph):
     gradient_ops = [op for op in graph.get_operations()
                     if op.name.startswith("gradients/") and op.type != "NoOp"]
     assert gradient_ops
-    late = [op.name for op in gradient_ops if begin not in _ancestors([op])]
+    late = [op.name for op in gradient_ops if begin not in ancestors([op])]
     assert not late, late
