@@ -28,10 +28,10 @@ Example (Estimator ``model_fn``)::
     hook = LossScaleHook(optimizer=opt, every_n_steps=100, loss=loss, output_dir=model_dir)
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=[hook])
 """
-import numbers
 
 import tensorflow as tf
 
+from . import _checks
 from .optimizer import FINITE_OP_NAME
 from .policy import LOSS_SCALE_TENSOR_NAME
 
@@ -42,12 +42,6 @@ SUMMARY_TAGS = {
     "global_step": "loss_scale/global_step",
     "loss": "loss_scale/loss",
 }
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError("%s must be an integer >= 1; got %r" % (name, value))
-    return int(value)
 
 
 def _find_by_suffix(graph, suffix):
@@ -87,8 +81,8 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
     def __init__(self, optimizer=None, every_n_steps=100, loss=None, output_dir=None,
                  summary_every_n_steps=1, log_overflows=True, log_fn=None, summary_writer=None):
         self._optimizer = optimizer
-        self._every_n = _positive_int("every_n_steps", every_n_steps)
-        self._summary_every_n = _positive_int("summary_every_n_steps", summary_every_n_steps)
+        self._every_n = _checks.positive_int("every_n_steps", every_n_steps)
+        self._summary_every_n = _checks.positive_int("summary_every_n_steps", summary_every_n_steps)
         self._loss_arg = loss
         self._output_dir = output_dir
         self._writer = summary_writer

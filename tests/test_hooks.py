@@ -162,7 +162,9 @@ def test_a_graph_without_a_loss_scale_is_a_clear_error(graph):
         hook.begin()
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "10"])
-def test_every_n_steps_must_be_a_positive_integer(bad):
-    with pytest.raises(ValueError, match="every_n_steps must be an integer >= 1"):
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-1, ValueError), (2.5, TypeError),
+                                      (True, TypeError), ("10", TypeError)])
+def test_every_n_steps_must_be_a_positive_integer(bad, exc):
+    # the package's convention: a value of the wrong type is a TypeError, out of range a ValueError
+    with pytest.raises(exc, match="every_n_steps must be an integer >= 1; got %s" % repr(bad)[:3]):
         LossScaleHook(every_n_steps=bad)
