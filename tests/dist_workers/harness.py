@@ -60,6 +60,12 @@ class Result:
     def ranks(self, n):
         return [self.load(r) for r in range(n)]
 
+    def completed_ranks(self, n, returncodes):
+        """Checks the run finished in time with ``returncodes``; returns its ``n`` ranks' JSON."""
+        assert not self.timed_out, "the run outlived its deadline:\n" + self.tail()
+        assert self.returncodes == returncodes, self.tail()
+        return self.ranks(n)
+
     def load(self, rank):
         path = os.path.join(self.out_dir, "rank%d.json" % rank)
         if not os.path.exists(path):
