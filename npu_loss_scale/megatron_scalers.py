@@ -173,9 +173,14 @@ class MegatronGradScaler(LossScaleManager):
     def update_loss_scale(self, finite_grads):
         finite = self._finite_flag(finite_grads)
         result = self.update(tf.logical_not(finite))
-        if result is None or not isinstance(result, (tf.Operation, tf.Tensor)):
+        # A subclass may return an op, a tensor, a variable's assign (an unread variable whose
+        # .op is the assign), a list of those, or None (eager).
+        ops = [r if isinstance(r, tf.Operation) else r.op
+               for r in tf.nest.flatten(result)
+               if isinstance(r, tf.Operation) or hasattr(r, "op")]
+        if not ops:
             return tf.no_op(name="megatron_scaler_update")
-        return result
+        return tf.group(*ops, name="megatron_scaler_update")
 
 
 # Mark the abstract base's own update so that __init_subclass__ never wraps it twice.
