@@ -17,6 +17,7 @@ from .emulation import get_device_sat_mode, is_inf_nan_enabled, saturate, set_de
 from .optimizer import NPULossScaleOptimizer
 from .policy import ExponentialUpdateLossScaleManager, FixedLossScaleManager, LossScaleManager
 from .megatron_scalers import ConstantGradScaler, DynamicGradScaler, MegatronGradScaler
+from .mixed_precision import MegatronGradientProcessor, MegatronMixedPrecisionOptimizer
 from .flags import loss_scale_manager_from_flag
 from .hooks import LossScaleHook
 from .schedules import WarmupDecaySchedule, warmup_decay_learning_rate
@@ -30,4 +31,5 @@ __all__ = [
     "loss_scale_manager_from_flag", "LossScaleHook", "WarmupDecaySchedule",
     "warmup_decay_learning_rate",
     "MegatronGradScaler", "ConstantGradScaler", "DynamicGradScaler",
+    "MegatronMixedPrecisionOptimizer", "MegatronGradientProcessor",
 ]
