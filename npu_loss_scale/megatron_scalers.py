@@ -132,6 +132,11 @@ class MegatronGradScaler(LossScaleManager):
         """The float32 ``tf.Variable`` holding the scale (in the current graph)."""
         return self._state()["scale_var"]
 
+    @property
+    def variables(self):
+        """This scaler's variables in the current graph (``[scale]`` here; subclasses add theirs)."""
+        return [self._state()["scale_var"]]
+
     # -- Megatron interface -----------------------------------------------------------------
     @property
     def scale(self):
