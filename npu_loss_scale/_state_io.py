@@ -39,7 +39,7 @@ def _python_value(value, dtype):
 
 
 def read(owner, variables_fn, session=None):
-    """``{key: number}`` of the variables ``variables_fn()`` returns (an ordered key -> var dict)."""
+    """``{key: number}`` of the variables ``variables_fn()`` returns (a key -> variable dict)."""
     if tf.executing_eagerly():
         named = variables_fn()
         return {k: _python_value(v.numpy(), v.dtype) for k, v in named.items()}

@@ -134,7 +134,7 @@ class MegatronGradScaler(LossScaleManager):
 
     @property
     def variables(self):
-        """This scaler's variables in the current graph (``[scale]`` here; subclasses add theirs)."""
+        """This scaler's variables in the current graph: ``[scale]`` (subclasses add theirs)."""
         return [self._state()["scale_var"]]
 
     # -- Megatron interface -----------------------------------------------------------------

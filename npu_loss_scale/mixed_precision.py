@@ -172,7 +172,7 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
         return entry[1] if entry is not None else None
 
     def build_main_params(self, var_list):
-        """Creates the main copies of the float16/bfloat16 variables in ``var_list`` (idempotent)."""
+        """Creates main copies of the float16/bfloat16 variables of ``var_list`` (idempotent)."""
         self._track_base_optimizer()
         if not self._use_main_params:
             return []

@@ -1,4 +1,4 @@
-"""Megatron grad scalers: rules against the pure-Python twin, state_dict, checkpoints, optimizers."""
+"""Megatron grad scalers: rules against the Python twin, state_dict, checkpoints, optimizers."""
 import numpy as np
 import pytest
 import tensorflow as tf

@@ -117,7 +117,8 @@ def test_summaries_carry_grad_norm_and_zero_count():
     values = {v.tag: v.simple_value for v in tf.compat.v1.Summary.FromString(raw).value}
     assert {"npu_loss_scale/grad_norm", "npu_loss_scale/num_zeros_in_grad",
             "npu_loss_scale/loss_scale"} <= set(values)
-    assert values["npu_loss_scale/grad_norm"] > 0 and values["npu_loss_scale/num_zeros_in_grad"] == 0
+    assert values["npu_loss_scale/grad_norm"] > 0
+    assert values["npu_loss_scale/num_zeros_in_grad"] == 0
 
 
 def test_stats_before_the_train_op_is_built_is_a_clear_error():
@@ -276,3 +277,32 @@ def test_main_params_round_trip_through_tf_train_checkpoint_in_eager(tmp_path):
     assert opt2.reload_model_params() is None
     np.testing.assert_array_equal(opt2.gradient_processor.main_param(w2).numpy(),
                                   w2.numpy().astype(np.float32))
+
+
+def test_a_saturated_fp16_step_is_skipped_although_every_gradient_looks_finite():
+    # Saturation mode (the conftest default): the fp16 activation becomes 65504, gradients stay
+    # finite, only the emulated status register knows; the main copies must not move.
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 2])
+        w = tf.compat.v1.get_variable("w", initializer=(1000 * np.eye(2)).astype(np.float16))
+        y = nls.saturate(tf.matmul(tf.cast(x, tf.float16), w))
+        loss = tf.reduce_sum(tf.cast(y, tf.float32))
+        grads = tf.gradients(loss, [w])[0]
+        opt = nls.MegatronMixedPrecisionOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1e-3), nls.ConstantGradScaler(1.0),
+            fp16=True, log_num_zeros_in_grad=True)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        train = opt.minimize(loss, global_step=gs)
+        main = opt.gradient_processor.main_param(w)
+        big = np.full((2, 2), 100.0, np.float32)        # 100 * 1000 > 65504: saturates
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            assert np.all(np.isfinite(sess.run(grads, {x: big})))
+            _, finite, norm = sess.run([train, opt.overflow_status_reduce_all, opt.grad_norm],
+                                       {x: big})
+            assert not finite and np.isnan(norm)
+            np.testing.assert_array_equal(sess.run(main), 1000 * np.eye(2))
+            assert sess.run(gs) == 0
+            sess.run(train, {x: np.ones((2, 2), np.float32)})
+            assert sess.run(gs) == 1
+            np.testing.assert_allclose(sess.run(main), 1000 * np.eye(2) - 2e-3, rtol=1e-7)

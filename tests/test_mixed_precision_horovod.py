@@ -14,7 +14,7 @@ from dist_workers import harness
 
 def _horovod_import_error():
     try:
-        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel
     except Exception as err:  # pylint: disable=broad-except
         return "%s: %s" % (type(err).__name__, err)
     if harness.which_horovodrun() is None:
