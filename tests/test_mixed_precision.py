@@ -306,3 +306,25 @@ def test_a_saturated_fp16_step_is_skipped_although_every_gradient_looks_finite()
             sess.run(train, {x: np.ones((2, 2), np.float32)})
             assert sess.run(gs) == 1
             np.testing.assert_allclose(sess.run(main), 1000 * np.eye(2) - 2e-3, rtol=1e-7)
+
+
+def test_works_inside_a_tf_distribute_strategy_in_graph_mode():
+    with tf.Graph().as_default():
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+        with strategy.scope():
+            w = tf.compat.v1.get_variable("w", initializer=np.array([3.0, 4.0], np.float16))
+            opt = nls.MegatronMixedPrecisionOptimizer(
+                tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 10, 1), clip_grad=1.0, fp16=True)
+
+            def step():
+                return opt.minimize(0.5 * tf.reduce_sum(tf.square(tf.cast(w, tf.float32))))
+
+            train = strategy.group(strategy.extended.call_for_each_replica(step))
+            norm = opt.grad_norm
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            assert sess.run([train, norm])[1] == 5.0         # gradient = w, clipped to norm 1
+            np.testing.assert_allclose(sess.run(opt.gradient_processor.main_param(w)),
+                                       [2.4, 3.2], rtol=1e-6)
+            np.testing.assert_array_equal(sess.run(w), np.array([2.4, 3.2], np.float16))
