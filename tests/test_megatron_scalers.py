@@ -341,7 +341,7 @@ def test_stuck_at_min_scale_warns_by_default_and_keeps_going(capfd):
     assert "overflowed at the minimum loss scale" in capfd.readouterr().err
 
 
-def test_stuck_at_min_scale_raises_after_n_overflows_in_a_row_when_asked():
+def test_stuck_at_min_scale_raises_after_n_overflows_in_a_row_when_asked(capfd):
     with tf.Graph().as_default():
         scaler = nls.DynamicGradScaler(4.0, 2.0, 2.0, 0.5, 10, 1, max_overflows_at_min_scale=3)
         flag = tf.compat.v1.placeholder(tf.bool, [])
@@ -354,6 +354,7 @@ def test_stuck_at_min_scale_raises_after_n_overflows_in_a_row_when_asked():
                 sess.run(update, {flag: overflowed})
             with pytest.raises(tf.errors.InvalidArgumentError, match=STUCK_MESSAGE):
                 sess.run(update, {flag: True})
+    assert capfd.readouterr().err.count("overflowed at the minimum loss scale") == 5
 
 
 # -- argument checks --------------------------------------------------------------------------
