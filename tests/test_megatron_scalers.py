@@ -15,14 +15,14 @@ def _graph_trace(scaler, overflow_seq):
     """Runs update(found_inf) over ``overflow_seq`` in a session; returns the state per step."""
     flag = tf.compat.v1.placeholder(tf.bool, [])
     update = scaler.update(flag)
-    scale, growth, hyst = scaler.variables[:3]
     out = []
     with tf.compat.v1.Session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for overflowed in overflow_seq:
             sess.run(update, {flag: overflowed})
-            s, g, h = sess.run([scale, growth, hyst])
-            out.append({"scale": float(s), "growth_tracker": int(g), "hysteresis_tracker": int(h)})
+            s, g, h, m = sess.run(scaler.variables)
+            out.append(({"scale": float(s), "growth_tracker": int(g),
+                         "hysteresis_tracker": int(h)}, int(m)))
     return out
 
 
@@ -51,9 +51,10 @@ def test_dynamic_scaler_matches_the_twin_step_for_step_in_graph_mode(params, ove
     with tf.Graph().as_default():
         got = _graph_trace(nls.DynamicGradScaler(**params), overflow_seq)
     twin = DynamicScalerTwin(**params)
-    for step, (overflowed, state) in enumerate(zip(overflow_seq, got)):
+    for step, (overflowed, (state, at_min)) in enumerate(zip(overflow_seq, got)):
         twin.step(overflowed)
         assert state == twin.as_dict(), "step %d" % step
+        assert at_min == twin.overflows_at_min_in_a_row, "step %d" % step
         assert np.isfinite(state["scale"]) and state["scale"] > 0
 
 
