@@ -213,7 +213,7 @@ def test_fp16_model_with_fp32_main_params_tracks_the_fp32_model_far_more_closely
     reference = _regression("fp32")
     err_plain = np.abs(_regression("fp16_plain") - reference).max()
     err_main = np.abs(_regression("fp16_main") - reference).max()
-    # measured: plain fp16 updates ~5e-2 off, main params ~5e-4 (ratio ~100)
+    # measured (TF 2.15 and 2.21): plain fp16 4.9e-2 off, fp32 main params 4.0e-4 (ratio 124)
     assert err_plain > 30 * err_main, (err_plain, err_main)
     assert err_main < 2e-3
 
