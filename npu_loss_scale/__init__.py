@@ -16,6 +16,8 @@ from .detection import BACKEND_NAMES, ENV_VAR as BACKEND_ENV_VAR, get_backend_na
 from .emulation import get_device_sat_mode, is_inf_nan_enabled, saturate, set_device_sat_mode
 from .optimizer import NPULossScaleOptimizer
 from .policy import ExponentialUpdateLossScaleManager, FixedLossScaleManager, LossScaleManager
+from .megatron_scalers import ConstantGradScaler, DynamicGradScaler, MegatronGradScaler
+from .mixed_precision import MegatronGradientProcessor, MegatronMixedPrecisionOptimizer
 from .flags import loss_scale_manager_from_flag
 from .hooks import LossScaleHook
 from .schedules import WarmupDecaySchedule, warmup_decay_learning_rate
@@ -28,4 +30,6 @@ __all__ = [
     "emulation", "saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
     "loss_scale_manager_from_flag", "LossScaleHook", "WarmupDecaySchedule",
     "warmup_decay_learning_rate",
+    "MegatronGradScaler", "ConstantGradScaler", "DynamicGradScaler",
+    "MegatronMixedPrecisionOptimizer", "MegatronGradientProcessor",
 ]

@@ -19,7 +19,7 @@ import abc
 
 import tensorflow as tf
 
-from . import _checks
+from . import _checks, _state_io
 from .reference import growth_threshold
 
 _LossScale = tf.compat.v1.mixed_precision.LossScale
@@ -144,6 +144,17 @@ class FixedLossScaleManager(LossScaleManager):
         return "FixedLossScaleManager(loss_scale=%r, enable_overflow_check=%r)" % (
             self._value, self._enable_overflow_check)
 
+    # -- state_dict (issue 10): a fixed scale has no state, like Megatron's ConstantGradScaler --
+    def state_dict(self, session=None):  # pylint: disable=unused-argument
+        """``{}``: nothing changes, nothing to save (the scale is a constructor argument)."""
+        return {}
+
+    def load_state_dict(self, state_dict, session=None):  # pylint: disable=unused-argument
+        """Accepts the ``{}`` of :meth:`state_dict` (any dict is ignored)."""
+        if not isinstance(state_dict, dict):
+            raise TypeError("FixedLossScaleManager.load_state_dict() takes a dict; got %r (type "
+                            "%s)" % (state_dict, type(state_dict).__name__))
+
 
 class ExponentialUpdateLossScaleManager(LossScaleManager):
     """Grows the scale after a run of finite steps and shrinks it after overflows (Ascend rules).
@@ -245,3 +256,20 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
     def __repr__(self):
         return "ExponentialUpdateLossScaleManager(%s)" % ", ".join(
             "%s=%r" % kv for kv in self.get_config().items())
+
+    # -- state_dict (issue 10) --------------------------------------------------------------
+    def _named_state_variables(self):
+        scale, good, bad = self.variables
+        return {"loss_scale": scale, "good_steps": good, "bad_steps": bad}
+
+    def state_dict(self, session=None):
+        """``{"loss_scale": float, "good_steps": int, "bad_steps": int}``.
+
+        Eager: the current values. Graph mode: read with ``session`` (default: the default
+        session; with neither, RuntimeError).
+        """
+        return _state_io.read(self, self._named_state_variables, session)
+
+    def load_state_dict(self, state_dict, session=None):
+        """Assigns the three values of a :meth:`state_dict` (same keys; session as there)."""
+        _state_io.write(self, self._named_state_variables, state_dict, session)

@@ -1,0 +1,112 @@
+"""``state_dict()`` / ``load_state_dict()`` over a few scalar variables, eager and graph mode.
+
+Shared by the loss-scale managers and the Megatron grad scalers. A state dict maps a key to a
+plain Python number (``float`` for floating variables, ``int`` for integer ones).
+
+* Eager: values are read from and assigned to the variables directly.
+* Graph: the variables live in a graph and only a session can read or write them. Pass
+  ``session=``; without it the default session (``with sess.as_default():`` or inside
+  ``tf.compat.v1.Session()`` used as a context manager) is used; with neither a
+  ``RuntimeError`` says so. The variables are those of ``session.graph``. Loading builds its
+  placeholders and assign ops once per graph and reuses them.
+"""
+import numbers
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+_CACHE_ATTR = "_npu_loss_scale_state_io_cache"
+
+
+def _session_or_error(session, owner_name, what):
+    if session is None:
+        session = tf.compat.v1.get_default_session()
+    if session is None:
+        raise RuntimeError(
+            "%s.%s() in graph mode needs a session to read or write the variables: pass "
+            "session=<your tf.compat.v1.Session> (or call it inside `with sess.as_default():`)"
+            % (owner_name, what))
+    if not isinstance(session, tf.compat.v1.Session) and not hasattr(session, "run"):
+        raise TypeError("session must be a tf.compat.v1.Session; got %r (type %s)"
+                        % (session, type(session).__name__))
+    return session
+
+
+def _python_value(value, dtype):
+    value = np.asarray(value).reshape(())
+    return float(value) if dtype.is_floating else int(value)
+
+
+def read(owner, variables_fn, session=None):
+    """``{key: number}`` of the variables ``variables_fn()`` returns (a key -> variable dict)."""
+    if tf.executing_eagerly():
+        named = variables_fn()
+        return {k: _python_value(v.numpy(), v.dtype) for k, v in named.items()}
+    session = _session_or_error(session, type(owner).__name__, "state_dict")
+    with session.graph.as_default():
+        named = variables_fn()
+        values = session.run({k: tf.convert_to_tensor(v) for k, v in named.items()})
+    return {k: _python_value(values[k], named[k].dtype) for k in named}
+
+
+def _checked_value(owner_name, key, value, dtype):
+    if isinstance(value, (tf.Tensor, tf.Variable)) and hasattr(value, "numpy"):
+        value = value.numpy()
+    array = np.asarray(value)
+    if array.size != 1 or not np.issubdtype(array.dtype, np.number) or isinstance(value, bool):
+        raise TypeError("%s.load_state_dict(): state_dict[%r] must be a number (or a one-element "
+                        "array or tensor); got %r (type %s)"
+                        % (owner_name, key, value, type(value).__name__))
+    number = array.reshape(()).item()
+    if not dtype.is_floating:
+        if isinstance(number, numbers.Real) and float(number).is_integer():
+            return int(number)
+        raise ValueError("%s.load_state_dict(): state_dict[%r] must be an integer; got %r"
+                         % (owner_name, key, number))
+    if not np.isfinite(number):
+        raise ValueError("%s.load_state_dict(): state_dict[%r] must be finite; got %r"
+                         % (owner_name, key, number))
+    return float(number)
+
+
+def write(owner, variables_fn, state_dict, session=None):
+    """Assigns ``state_dict``'s values to the variables; every key must be present, no other."""
+    owner_name = type(owner).__name__
+    if not isinstance(state_dict, dict):
+        raise TypeError("%s.load_state_dict() takes a dict; got %r (type %s)"
+                        % (owner_name, state_dict, type(state_dict).__name__))
+    if tf.executing_eagerly():
+        named = variables_fn()
+        values = _checked_values(owner_name, named, state_dict)
+        for k, var in named.items():
+            var.assign(tf.constant(values[k], dtype=var.dtype))
+        return None
+    session = _session_or_error(session, owner_name, "load_state_dict")
+    graph = session.graph
+    with graph.as_default():
+        named = variables_fn()
+        values = _checked_values(owner_name, named, state_dict)
+        cache = owner.__dict__.get(_CACHE_ATTR)
+        if cache is None:
+            cache = weakref.WeakKeyDictionary()
+            owner.__dict__[_CACHE_ATTR] = cache
+        built = cache.get(graph)
+        if built is None or set(built[0]) != set(named):
+            with tf.init_scope(), tf.control_dependencies(None), tf.name_scope("load_state_dict"):
+                feeds = {k: tf.compat.v1.placeholder(v.dtype, [], name=k) for k, v in named.items()}
+                op = tf.group(*[named[k].assign(feeds[k]) for k in named])
+            built = (feeds, op)
+            cache[graph] = built
+        feeds, op = built
+        session.run(op, {feeds[k]: values[k] for k in feeds})
+    return None
+
+
+def _checked_values(owner_name, named, state_dict):
+    missing = [k for k in named if k not in state_dict]
+    unknown = [k for k in state_dict if k not in named]
+    if missing or unknown:
+        raise KeyError("%s.load_state_dict(): expected the keys %s; missing %s, unknown %s"
+                       % (owner_name, sorted(named), sorted(missing), sorted(map(str, unknown))))
+    return {k: _checked_value(owner_name, k, state_dict[k], v.dtype) for k, v in named.items()}
