@@ -150,10 +150,18 @@ class FixedLossScaleManager(LossScaleManager):
         return {}
 
     def load_state_dict(self, state_dict, session=None):  # pylint: disable=unused-argument
-        """Accepts the ``{}`` of :meth:`state_dict` (any dict is ignored)."""
+        """Accepts only the ``{}`` of :meth:`state_dict`.
+
+        A non-empty dict (say, the state of a dynamic manager) would be silently lost here, so it
+        raises instead: a fixed scale is set by the constructor.
+        """
         if not isinstance(state_dict, dict):
             raise TypeError("FixedLossScaleManager.load_state_dict() takes a dict; got %r (type "
                             "%s)" % (state_dict, type(state_dict).__name__))
+        if state_dict:
+            raise ValueError("state_dict of a FixedLossScaleManager must be {} (a fixed scale has "
+                             "no state; set it with FixedLossScaleManager(loss_scale=...)); got "
+                             "keys %s" % sorted(state_dict))
 
 
 class ExponentialUpdateLossScaleManager(LossScaleManager):

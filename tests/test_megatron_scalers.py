@@ -216,6 +216,9 @@ def test_ascend_managers_gain_state_dict_in_eager_and_graph_mode():
     fixed = nls.FixedLossScaleManager(64)
     assert fixed.state_dict() == {}
     fixed.load_state_dict({})
+    # a dynamic manager's state would be lost on a fixed one: refused, naming what was given
+    with pytest.raises(ValueError, match=r"must be \{\}.*bad_steps"):
+        fixed.load_state_dict(sd)
 
 
 # -- checkpoints ------------------------------------------------------------------------------
