@@ -19,6 +19,7 @@ from .policy import ExponentialUpdateLossScaleManager, FixedLossScaleManager, Lo
 from .flags import loss_scale_manager_from_flag
 from .hooks import LossScaleHook
 from .schedules import WarmupDecaySchedule, warmup_decay_learning_rate
+from .frontends import GradScaler, OptimizerThread
 
 __version__ = "0.1.0"
 
@@ -27,5 +28,5 @@ __all__ = [
     "ExponentialUpdateLossScaleManager", "get_backend_name", "BACKEND_NAMES", "BACKEND_ENV_VAR",
     "emulation", "saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
     "loss_scale_manager_from_flag", "LossScaleHook", "WarmupDecaySchedule",
-    "warmup_decay_learning_rate",
+    "warmup_decay_learning_rate", "GradScaler", "OptimizerThread",
 ]
