@@ -92,6 +92,8 @@ def _build_keras3():
             super().__init__(inner_optimizer, initial_scale=scale, dynamic_growth_steps=steps,
                              name=name, **kwargs)
             self._npu_dynamic = dynamic
+            if not dynamic:
+                self.dynamic_growth_steps = None   # as Keras 2 reports a fixed scale
             self._npu_check = OverflowCheck(backend, is_distributed, agreement)
             self.last_step_finite = None
 
@@ -141,8 +143,6 @@ def _build_keras3():
         def get_config(self):
             config = super().get_config()
             config["dynamic"] = self._npu_dynamic
-            if not self._npu_dynamic:
-                config["dynamic_growth_steps"] = None
             return config
 
     NpuLossScaleOptimizer.__module__ = __name__
