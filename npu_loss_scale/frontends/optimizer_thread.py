@@ -37,6 +37,7 @@ import concurrent.futures
 import queue
 import threading
 
+from .. import _checks
 from .grad_scaler import GradScaler, NoInfChecksError, _Iteration
 
 _STOP = object()
@@ -47,13 +48,18 @@ class OptimizerThread:
 
     Args:
       scaler: the GradScaler whose steps run here (it may be disabled; then jobs just run).
+      max_pending: how many submitted jobs may wait or run at once; ``submit`` blocks while that
+        many are unfinished (each holds a step's gradients). None = no bound.
       name: the thread's name.
     """
 
-    def __init__(self, scaler, name="npu-loss-scale-optimizer"):
+    def __init__(self, scaler, max_pending=2, name="npu-loss-scale-optimizer"):
         if not isinstance(scaler, GradScaler):
             raise TypeError("scaler must be an npu_loss_scale.GradScaler; got %r (type %s)"
                             % (scaler, type(scaler).__name__))
+        if max_pending is not None:
+            max_pending = _checks.positive_int("max_pending", max_pending)
+        self._slots = threading.Semaphore(max_pending) if max_pending else None
         self._scaler = scaler
         self._queue = queue.Queue()
         self._error = None
@@ -71,19 +77,23 @@ class OptimizerThread:
             try:
                 if item is _STOP:
                     return
-                future, iteration, fn = item
-                if not future.set_running_or_notify_cancel():
-                    continue
-                py.local.iteration = iteration
+                future, iteration, fn, slot = item
                 try:
-                    future.set_result(fn())
-                except BaseException as err:  # pylint: disable=broad-except
-                    with self._error_lock:
-                        if self._error is None:
-                            self._error = err
-                    future.set_exception(err)
+                    if not future.set_running_or_notify_cancel():
+                        continue
+                    py.local.iteration = iteration
+                    try:
+                        future.set_result(fn())
+                    except BaseException as err:  # pylint: disable=broad-except
+                        with self._error_lock:
+                            if self._error is None:
+                                self._error = err
+                        future.set_exception(err)
+                    finally:
+                        py.local.iteration = None
                 finally:
-                    py.local.iteration = None
+                    if slot:
+                        self._slots.release()
             finally:
                 self._queue.task_done()
 
@@ -100,9 +110,9 @@ class OptimizerThread:
         if self._closed:
             raise RuntimeError("%s: this OptimizerThread is closed" % what)
 
-    def _put(self, iteration, fn):
+    def _put(self, iteration, fn, slot=False):
         future = concurrent.futures.Future()
-        self._queue.put((future, iteration, fn))
+        self._queue.put((future, iteration, fn, slot))
         return future
 
     # -- public -----------------------------------------------------------------------------------
@@ -114,7 +124,7 @@ class OptimizerThread:
     def submit(self, fn, *args, **kwargs):
         """Queues ``fn(*args, **kwargs)`` for the optimizer thread; returns a Future of its result.
 
-        The job belongs to the current iteration: inside it, ``scaler.get_scale()``,
+        Blocks while ``max_pending`` jobs are unfinished. The job belongs to the current iteration: inside it, ``scaler.get_scale()``,
         ``scaler.unscale_`` and ``scaler.step`` use the scale this iteration's loss was scaled
         with. The overflow register is read here, on the calling thread.
         """
@@ -124,13 +134,21 @@ class OptimizerThread:
             raise TypeError("fn must be callable; got %r (type %s)" % (fn, type(fn).__name__))
         scaler = self._scaler
         py = scaler._py  # pylint: disable=protected-access
-        iteration = py.iteration
-        if py.enabled:
-            if iteration.scale is None:
-                iteration.scale = py.main_scale
-            scaler._read_register(iteration)  # pylint: disable=protected-access
-            iteration.submitted += 1
-        return self._put(iteration, lambda: fn(*args, **kwargs))
+        if self._slots is not None:
+            self._slots.acquire()  # pylint: disable=consider-using-with
+        try:
+            iteration = py.iteration
+            if py.enabled:
+                if iteration.scale is None:
+                    iteration.scale = py.main_scale
+                scaler._read_register(iteration)  # pylint: disable=protected-access
+                iteration.submitted += 1
+            return self._put(iteration, lambda: fn(*args, **kwargs),
+                             slot=self._slots is not None)
+        except BaseException:
+            if self._slots is not None:
+                self._slots.release()
+            raise
 
     def _enqueue_update(self, iteration, new_scale):
         self._check_caller("update()")
