@@ -114,7 +114,9 @@ def _build_keras3():
         @property
         def loss_scale(self):
             """The current loss scale (float32 scalar)."""
-            return self.dynamic_scale if self.built else tf.constant(self.initial_scale)
+            if not self.built:
+                return tf.constant(self.initial_scale, tf.float32)
+            return tf.convert_to_tensor(self.dynamic_scale.value)
 
         def check_finite(self, grads):
             # Keras 3 checks the still-scaled gradients: the emulation's ±MAX test applies too.

@@ -166,3 +166,20 @@ def test_importing_the_package_does_not_import_keras_or_datasets():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=env).stdout.strip().splitlines()
     assert out[-1] == "[]"
+
+
+def test_model_fit_under_a_mirrored_strategy_skips_the_saturated_step(mixed_float16):  # pylint: disable=redefined-outer-name,unused-argument
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model = _model()
+        opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.001), initial_scale=8.0)
+        model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    x, y = np.ones((8, 4), np.float32), np.zeros((8, 1), np.float32)
+    emulation.npu_clear_float_status_v2()
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert bool(opt.last_step_finite.numpy()) and float(opt.loss_scale) == 8.0
+    before = model.get_weights()
+    model.fit(x * 1e5, y, batch_size=8, epochs=1, verbose=0)
+    assert not bool(opt.last_step_finite.numpy()) and float(opt.loss_scale) == 4.0
+    for old, new in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(old, new)
