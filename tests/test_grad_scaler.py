@@ -382,3 +382,52 @@ def test_is_distributed_with_nothing_to_agree_through_raises():
     scaler = nls.GradScaler(is_distributed=True)
     with pytest.raises(RuntimeError, match="nothing to agree on the overflow status"):
         scaler.step(tf.keras.optimizers.SGD(0.1), [(tf.constant([1.0]), tf.Variable([1.0]))])
+
+
+# -- the register is shared by tf.function and eager code, and sticky until read ----------------
+def test_overflow_recorded_in_a_tf_function_is_seen_by_an_eager_step():
+    var = tf.Variable([1.0])
+    opt = tf.keras.optimizers.SGD(0.1)
+    scaler = nls.GradScaler(init_scale=4.0)
+    emulation.npu_clear_float_status_v2()
+
+    @tf.function
+    def forward_that_saturates():
+        return emulation.saturate(tf.constant([1e5], tf.float32) * tf.constant(1e35))
+
+    forward_that_saturates()
+    scaler.step(opt, [(tf.constant([4.0]), var)])
+    scaler.update()
+    assert var.numpy().tolist() == [1.0] and scaler.get_scale() == 2.0
+
+
+def test_overflow_recorded_eagerly_is_seen_by_a_traced_step():
+    var = tf.Variable([1.0])
+    opt = tf.keras.optimizers.SGD(0.1)
+    scaler = nls.GradScaler(init_scale=4.0)
+
+    @tf.function
+    def train():
+        scaler.step(opt, [(tf.constant([4.0]), var)])
+        scaler.update()
+
+    emulation.npu_clear_float_status_v2()
+    train()                                              # traced and run: clean, applied
+    np.testing.assert_allclose(var.numpy(), [0.9], rtol=1e-6)
+    emulation.saturate(tf.constant([1e5], tf.float32) * tf.constant(1e35))   # eager record
+    train()                                              # the same trace reads it: skipped
+    np.testing.assert_allclose(var.numpy(), [0.9], rtol=1e-6)
+    assert scaler.get_scale() == 2.0
+
+
+def test_update_outside_the_tf_function_of_its_step_raises_a_clear_error():
+    var = tf.Variable([1.0])
+    opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)   # creates no variables: one trace
+    scaler = nls.GradScaler(init_scale=4.0)
+    @tf.function
+    def step_only():
+        scaler.step(opt, [(tf.constant([4.0]), var)])
+
+    step_only()
+    with pytest.raises(RuntimeError, match="update\\(\\) must run where step\\(\\)"):
+        scaler.update()

@@ -374,6 +374,9 @@ class GradScaler(tf.Module):
         found_infs = [s["found_inf"] for s in iteration.states.values()
                       if s["found_inf"] is not None]
         self._py.iteration = _Iteration()
+        if new_scale is None and any(not _same_context(f) for f in found_infs):
+            raise RuntimeError("update() must run where step()/unscale_() of this iteration ran: "
+                               "all inside the same tf.function, or all eagerly")
         if new_scale is not None:
             return self._scale.assign(tf.cast(new_scale, tf.float32), read_value=False)
         if not found_infs:
@@ -532,10 +535,6 @@ class GradScaler(tf.Module):
         self._growth_tracker.assign(tracker)
         self._py.main_scale = scale
         self._py.main_factors = (growth, backoff, interval)
-
-    def __getstate__(self):
-        raise TypeError("GradScaler is not picklable; save state_dict() (or use "
-                        "tf.train.Checkpoint(scaler=scaler))")
 
 
 def _same_context(tensor):
