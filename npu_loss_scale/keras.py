@@ -72,7 +72,7 @@ def _keras3():
     return hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 
 
-# -- Keras 3 -------------------------------------------------------------------------------------------
+# -- Keras 3 --------------------------------------------------------------------------------------
 def _build_keras3():
     base = tf.keras.optimizers.LossScaleOptimizer
     keras_ops = sys.modules[base.__module__].ops
@@ -151,7 +151,7 @@ def _build_keras3():
     return NpuLossScaleOptimizer
 
 
-# -- Keras 2 -----------------------------------------------------------------------------------------
+# -- Keras 2 --------------------------------------------------------------------------------------
 def _build_keras2():
     lso_module = sys.modules[tf.keras.mixed_precision.LossScaleOptimizer.__module__]
     base = lso_module.LossScaleOptimizerV3

@@ -71,7 +71,7 @@ class OverflowCheck:
                                     emulation.npu_clear_float_status_v2)
         return self._status_ops
 
-    # -- the pieces ---------------------------------------------------------------------------------
+    # -- the pieces -------------------------------------------------------------------------------
     def read_and_clear_register(self, after=()):
         """float32 scalar (1.0 = the register says overflow, 0.0 = clean), register cleared.
 

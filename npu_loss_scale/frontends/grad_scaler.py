@@ -370,7 +370,8 @@ class GradScaler(tf.Module):
             new_scale = self._check_new_scale(new_scale)
         iteration = self._py.iteration
         if self._async():
-            return self._py.thread._enqueue_update(iteration, new_scale)  # pylint: disable=protected-access
+            thread = self._py.thread
+            return thread._enqueue_update(iteration, new_scale)  # pylint: disable=protected-access
         found_infs = [s["found_inf"] for s in iteration.states.values()
                       if s["found_inf"] is not None]
         self._py.iteration = _Iteration()
@@ -467,7 +468,8 @@ class GradScaler(tf.Module):
         if not self._py.enabled:
             return
         if self._async() and not self._on_optimizer_thread():
-            self._py.thread._enqueue_call(lambda: variable.assign(value))  # pylint: disable=protected-access
+            thread = self._py.thread
+            thread._enqueue_call(lambda: variable.assign(value))  # pylint: disable=protected-access
         else:
             variable.assign(value)
 

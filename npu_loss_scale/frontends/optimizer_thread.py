@@ -69,7 +69,7 @@ class OptimizerThread:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    # -- the worker ---------------------------------------------------------------------------------
+    # -- the worker -------------------------------------------------------------------------------
     def _run(self):
         py = self._scaler._py  # pylint: disable=protected-access
         while True:
@@ -124,9 +124,10 @@ class OptimizerThread:
     def submit(self, fn, *args, **kwargs):
         """Queues ``fn(*args, **kwargs)`` for the optimizer thread; returns a Future of its result.
 
-        Blocks while ``max_pending`` jobs are unfinished. The job belongs to the current iteration: inside it, ``scaler.get_scale()``,
-        ``scaler.unscale_`` and ``scaler.step`` use the scale this iteration's loss was scaled
-        with. The overflow register is read here, on the calling thread.
+        Blocks while ``max_pending`` jobs are unfinished. The job belongs to the current
+        iteration: inside it, ``scaler.get_scale()``, ``scaler.unscale_`` and ``scaler.step`` use
+        the scale this iteration's loss was scaled with. The overflow register is read here, on
+        the calling thread.
         """
         self._check_caller("submit()")
         self._raise_pending()
