@@ -17,6 +17,8 @@ What one step does:
   ``dynamic=False``: the scale stays ``initial_scale`` (required), and overflowed steps are
   still skipped (Ascend checks whatever the scale policy).
 * ``last_step_finite``: a bool variable, the verdict of the latest step.
+* ``iterations`` follows the Keras version: Keras 2 counts skipped steps too, Keras 3 only
+  applied ones.
 
 The class is built on first use from the Keras in ``tf.keras`` (Keras 2's
 ``LossScaleOptimizerV3`` on TF 2.15, ``keras.optimizers.LossScaleOptimizer`` on Keras 3), so

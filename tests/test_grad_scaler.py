@@ -431,3 +431,15 @@ def test_update_outside_the_tf_function_of_its_step_raises_a_clear_error():
     step_only()
     with pytest.raises(RuntimeError, match="update\\(\\) must run where step\\(\\)"):
         scaler.update()
+
+
+def test_emulation_counts_a_scaled_gradient_at_float16_max_as_an_overflow():
+    """A saturated float16 gradient is ±65504: finite, but what an overflow leaves behind."""
+    emulation.npu_clear_float_status_v2()
+    opt = tf.keras.optimizers.SGD(0.1)
+    scaler = nls.GradScaler(init_scale=2.0)
+    scaler.unscale_(opt, [tf.constant([65504.0, 1.0], tf.float16)])
+    assert float(scaler._per_optimizer_states[id(opt)]["found_inf"]) == 1.0  # pylint: disable=protected-access
+    ieee = nls.GradScaler(init_scale=2.0, backend="inf_nan")
+    ieee.unscale_(opt, [tf.constant([65504.0, 1.0], tf.float16)])
+    assert float(ieee._per_optimizer_states[id(opt)]["found_inf"]) == 0.0  # pylint: disable=protected-access
