@@ -183,3 +183,14 @@ def test_model_fit_under_a_mirrored_strategy_skips_the_saturated_step(mixed_floa
     assert not bool(opt.last_step_finite.numpy()) and float(opt.loss_scale) == 4.0
     for old, new in zip(before, model.get_weights()):
         np.testing.assert_array_equal(old, new)
+
+
+@pytest.mark.parametrize("kwargs", [{"initial_scale": 256.0, "dynamic_growth_steps": 7},
+                                    {"dynamic": False, "initial_scale": 64.0}])
+def test_config_round_trip(kwargs):
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.1), **kwargs)
+    again = type(opt).from_config(opt.get_config())
+    assert type(again) is type(opt)
+    assert (again.dynamic, again.initial_scale, again.dynamic_growth_steps) == \
+        (opt.dynamic, opt.initial_scale, opt.dynamic_growth_steps)
+    assert again.dynamic is kwargs.get("dynamic", True)
