@@ -189,3 +189,11 @@ def test_disabled_scaler_jobs_just_run_and_return_the_optimizer_result():
 def test_optimizer_thread_needs_a_grad_scaler():
     with pytest.raises(TypeError, match="scaler must be an npu_loss_scale.GradScaler"):
         nls.OptimizerThread(object())
+
+
+def test_scaler_calls_inside_a_tf_function_are_refused_with_an_optimizer_thread():
+    scaler = nls.GradScaler(init_scale=4.0)
+    with nls.OptimizerThread(scaler):
+        with pytest.raises(RuntimeError, match="call scale\\(\\), unscale_\\(\\) and step\\(\\) "
+                                               "eagerly"):
+            tf.function(lambda: scaler.scale(tf.constant(1.0)))()

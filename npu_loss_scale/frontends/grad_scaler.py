@@ -220,6 +220,11 @@ class GradScaler(tf.Module):
         """float32 scalar the current iteration's loss is (or was) scaled with."""
         iteration = self._current()
         if self._async():
+            if not tf.executing_eagerly():
+                raise RuntimeError("with an OptimizerThread, call scale(), unscale_() and step() "
+                                   "eagerly (each step's scale is a Python number that a "
+                                   "tf.function would freeze); the model and the optimizer may "
+                                   "use tf.function inside")
             if iteration.scale is None:
                 iteration.scale = self._py.main_scale
             return tf.constant(iteration.scale, tf.float32)
