@@ -30,7 +30,7 @@ import npu_loss_scale as nls  # noqa: E402
 
 def make_model(layers, width):
     rng = np.random.RandomState(0)
-    return [tf.Variable(rng.randn(width, width).astype(np.float32) / np.sqrt(width),
+    return [tf.Variable((rng.randn(width, width) / np.sqrt(width)).astype(np.float32),
                         name="w%d" % i) for i in range(layers)]
 
 
