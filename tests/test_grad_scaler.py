@@ -304,7 +304,7 @@ def test_register_overflow_skips_every_optimizer_of_the_iteration():
     a, b = tf.Variable([1.0]), tf.Variable([1.0])
     opt_a, opt_b = CountingSGD(1.0), CountingSGD(1.0)
     scaler = nls.GradScaler(init_scale=4.0)
-    emulation.record(tf.constant(True))        # what a saturated op of this step leaves behind
+    emulation.saturate(tf.constant([1e38], tf.float32) * 10.0)   # a saturated op of this step
     scaler.step(opt_a, [(tf.constant([4.0]), a)])
     scaler.step(opt_b, [(tf.constant([4.0]), b)])
     scaler.update()
