@@ -213,6 +213,11 @@ def _build_keras2():
         def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
                      dynamic_growth_steps=None, *, backend=None, is_distributed=False,
                      agreement=None):
+            if not isinstance(inner_optimizer, tf.keras.optimizers.Optimizer):
+                raise TypeError("inner_optimizer must be a Keras optimizer of "
+                                "tf.keras.optimizers (for example tf.keras.optimizers.Adam(); "
+                                "legacy ones are not supported); got %r (type %s)"
+                                % (inner_optimizer, type(inner_optimizer).__name__))
             scale, steps = _check_args(dynamic, initial_scale, dynamic_growth_steps)
             _checks.boolean("is_distributed", is_distributed)
             check = OverflowCheck(backend, is_distributed, agreement)

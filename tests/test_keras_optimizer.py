@@ -194,3 +194,9 @@ def test_config_round_trip(kwargs):
     assert (again.dynamic, again.initial_scale, again.dynamic_growth_steps) == \
         (opt.dynamic, opt.initial_scale, opt.dynamic_growth_steps)
     assert again.dynamic is kwargs.get("dynamic", True)
+
+
+def test_a_non_keras_inner_optimizer_is_refused_with_a_clear_error():
+    with pytest.raises(TypeError, match="inner_optimizer must be a Keras optimizer.*"
+                                        "GradientDescentOptimizer"):
+        NpuLossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
