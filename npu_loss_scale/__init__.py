@@ -30,3 +30,12 @@ __all__ = [
     "loss_scale_manager_from_flag", "LossScaleHook", "WarmupDecaySchedule",
     "warmup_decay_learning_rate", "GradScaler", "OptimizerThread",
 ]
+
+
+def __getattr__(name):
+    # npu_loss_scale.keras (the Keras NpuLossScaleOptimizer) is imported on first use only:
+    # importing the package must not import Keras.
+    if name == "keras":
+        import importlib  # pylint: disable=import-outside-toplevel
+        return importlib.import_module(".keras", __name__)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -200,3 +200,8 @@ def test_a_non_keras_inner_optimizer_is_refused_with_a_clear_error():
     with pytest.raises(TypeError, match="inner_optimizer must be a Keras optimizer.*"
                                         "GradientDescentOptimizer"):
         NpuLossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+
+
+def test_reachable_as_an_attribute_of_the_package():
+    import npu_loss_scale  # pylint: disable=import-outside-toplevel
+    assert npu_loss_scale.keras.NpuLossScaleOptimizer is NpuLossScaleOptimizer
