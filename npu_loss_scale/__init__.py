@@ -21,6 +21,7 @@ from .mixed_precision import MegatronGradientProcessor, MegatronMixedPrecisionOp
 from .flags import loss_scale_manager_from_flag
 from .hooks import LossScaleHook
 from .schedules import WarmupDecaySchedule, warmup_decay_learning_rate
+from .frontends import GradScaler, OptimizerThread
 
 __version__ = "0.1.0"
 
@@ -32,4 +33,14 @@ __all__ = [
     "warmup_decay_learning_rate",
     "MegatronGradScaler", "ConstantGradScaler", "DynamicGradScaler",
     "MegatronMixedPrecisionOptimizer", "MegatronGradientProcessor",
+    "GradScaler", "OptimizerThread",
 ]
+
+
+def __getattr__(name):
+    # npu_loss_scale.keras (the Keras NpuLossScaleOptimizer) is imported on first use only:
+    # importing the package must not import Keras.
+    if name == "keras":
+        import importlib  # pylint: disable=import-outside-toplevel
+        return importlib.import_module(".keras", __name__)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -16,8 +16,8 @@ stacks=("$@")
 
 requirements_for() {
   case "$1" in
-    tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis" ;;
-    tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis" ;;
+    tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2" ;;
+    tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2" ;;
     *) echo "unknown stack '$1' (accepted: tf215, tf221)" >&2; return 2 ;;
   esac
 }
@@ -36,7 +36,7 @@ for stack in "${stacks[@]}"; do
   "$venv/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
   # shellcheck disable=SC2086
   "$venv/bin/python" -m pip install --quiet $reqs 2>&1 | grep -v "is ignored: it is neither" || true
-  "$venv/bin/python" -c "import tensorflow, pytest, hypothesis" || { echo "[setup_env] $stack: install failed" >&2; exit 1; }
+  "$venv/bin/python" -c "import tensorflow, pytest, hypothesis, sklearn" || { echo "[setup_env] $stack: install failed" >&2; exit 1; }
   "$venv/bin/python" -m pip install --quiet --no-deps -e "$here"
   echo "$want" > "$stamp"
   "$venv/bin/python" -c "import tensorflow as tf; print('[setup_env] $stack: tensorflow', tf.__version__)"

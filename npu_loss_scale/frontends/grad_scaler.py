@@ -1,0 +1,581 @@
+"""GradScaler: ``torch.amp.GradScaler``'s interface and rules for TensorFlow 2 training loops.
+
+The interface follows RoundPipe's drop-in GradScaler (itself ``torch.amp.GradScaler``'s), with one
+change TensorFlow forces: variables have no ``.grad``, so the gradients are handed to
+:meth:`GradScaler.unscale_` (which returns them unscaled) and :meth:`GradScaler.step` (which
+applies them). docs/grad_scaler.md maps every torch call to its TensorFlow form.
+
+Overflow detection is the package's (see :mod:`npu_loss_scale.frontends._overflow`): on an
+Ascend device in saturation mode, and in its CPU emulation, an overflowed gradient is ±65504 and
+looks finite; the float-status register says it overflowed, and the scaler reads it.
+
+Example (eager; the same code runs inside ``tf.function``)::
+
+    import tensorflow as tf
+    import npu_loss_scale as nls
+
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    model.build((None, 4))
+    opt = tf.keras.optimizers.SGD(0.1)
+    scaler = nls.GradScaler(init_scale=2.0**10)
+    x, y = tf.ones([8, 4]), tf.zeros([8, 1])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x) - y) ** 2)
+        scaled = scaler.scale(loss)
+    grads = tape.gradient(scaled, model.trainable_variables)
+    scaler.step(opt, list(zip(grads, model.trainable_variables)))
+    scaler.update()
+
+Rules (torch's, where RoundPipe's documentation is silent):
+
+* ``update()``: an overflow in any optimizer's gradients this iteration multiplies the scale by
+  ``backoff_factor`` once and zeroes the growth count; otherwise the count grows by one, and when
+  it reaches ``growth_interval`` the scale is multiplied by ``growth_factor`` (only if the result
+  is finite) and the count restarts from zero. ``update(new_scale)`` sets the scale and leaves the
+  count alone.
+* ``unscale_`` twice, ``step`` twice, or ``unscale_`` after ``step`` for one optimizer in one
+  iteration raise ``RuntimeError``; ``update()`` with no ``step``/``unscale_`` before it raises.
+* ``enabled=False``: ``scale`` returns its input, ``unscale_`` returns the gradients as given,
+  ``step`` calls ``optimizer.apply_gradients`` and returns its result, ``update`` does nothing,
+  ``get_scale()`` is 1.0, ``state_dict()`` is ``{}``.
+
+Inside ``tf.function``: the scale, growth count and factors are ``tf.Variable`` s created once in
+the constructor (so changes made between calls are seen by traced code and a
+``tf.train.Checkpoint(scaler=scaler)`` saves them); the per-iteration bookkeeping happens while the
+function is traced, so call ``scale``/``step``/``update`` of one iteration in the same function
+(or all eagerly). ``get_scale()`` returns a tensor while tracing (a Python float needs a value).
+"""
+import enum
+import threading
+
+import tensorflow as tf
+
+from .. import _checks
+from ._overflow import OverflowCheck
+
+
+class OptState(enum.Enum):
+    """Where one optimizer is in the current iteration (torch's names)."""
+    READY = 0
+    UNSCALED = 1
+    STEPPED = 2
+
+
+class NoInfChecksError(RuntimeError, AssertionError):
+    """``update()`` was called with no ``unscale_``/``step`` before it in this iteration.
+
+    torch raises an AssertionError here; this error is both a RuntimeError and an AssertionError.
+    """
+
+
+class _Iteration:
+    """What one iteration (from one ``update()`` to the next) knows.
+
+    ``scale``: the Python float the loss was scaled with (optimizer-thread mode only; the variable
+    is read otherwise). ``states``: id(optimizer) -> {"stage", "found_inf"}. ``register``: the
+    register's flag read for this iteration (sticky: read once, OR-ed into every optimizer).
+    """
+
+    def __init__(self, scale=None):
+        self.scale = scale
+        self.states = {}
+        self.register = None
+        self.submitted = 0
+
+    def state_for(self, optimizer):
+        return self.states.setdefault(id(optimizer), {"stage": OptState.READY, "found_inf": None,
+                                                      "optimizer": optimizer})
+
+
+def _is_tensor_like(value):
+    return isinstance(value, (tf.Tensor, tf.Variable)) or tf.is_tensor(value)
+
+
+class _PlainState:
+    """Holds the scaler's Python bookkeeping outside tf.Module's attribute tracking."""
+
+
+class GradScaler(tf.Module):
+    """Loss scaling for TensorFlow 2 loops with ``torch.amp.GradScaler``'s interface and rules.
+
+    See the module docstring for the rules and an example, and docs/grad_scaler.md for the
+    torch-to-TensorFlow mapping.
+
+    Args:
+      init_scale: initial scale, a finite real > 0 (default 2**16).
+      growth_factor: factor applied after ``growth_interval`` overflow-free iterations, > 1.
+      backoff_factor: factor applied after an iteration with an overflow, in (0, 1).
+      growth_interval: overflow-free iterations between growths, an integer >= 1.
+      enabled: False makes every method a pass-through (see the module docstring).
+      backend: overflow detection, ``"npu"``, ``"emulation"``, ``"inf_nan"`` or None (the
+        package's choice, :func:`npu_loss_scale.get_backend_name`).
+      is_distributed: sum the found-overflow flag over ranks so all ranks skip together (one
+        collective per optimizer per iteration; see :mod:`npu_loss_scale.agreement`).
+      agreement: with ``is_distributed``, how ranks agree (name or ``Agreement``); None = discover.
+    """
+
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, enabled=True, *, backend=None, is_distributed=False,
+                 agreement=None, name="grad_scaler"):
+        super().__init__(name=name)
+        enabled = _checks.boolean("enabled", enabled)
+        init_scale = _checks.real_number("init_scale", init_scale, minimum=0.0,
+                                         min_inclusive=False, accepted="> 0")
+        growth_factor = self._check_growth_factor(growth_factor)
+        backoff_factor = self._check_backoff_factor(backoff_factor)
+        growth_interval = _checks.positive_int("growth_interval", growth_interval)
+        _checks.boolean("is_distributed", is_distributed)
+        py = _PlainState()
+        py.enabled = enabled
+        py.init_scale = init_scale
+        py.iteration = _Iteration()
+        py.lock = threading.RLock()
+        py.local = threading.local()     # .iteration while a job runs on the optimizer thread
+        py.thread = None                 # the OptimizerThread attached, if any
+        py.main_ident = threading.get_ident()
+        py.main_scale = init_scale       # the scale the main thread sees (optimizer-thread mode)
+        py.main_factors = (growth_factor, backoff_factor, growth_interval)
+        self._py = py
+        self._check = OverflowCheck(backend, is_distributed, agreement) if enabled else None
+        if enabled:
+            with tf.init_scope():
+                self._scale = tf.Variable(init_scale, dtype=tf.float32, trainable=False,
+                                          name="scale")
+                self._growth_tracker = tf.Variable(0, dtype=tf.int32, trainable=False,
+                                                   name="growth_tracker")
+                self._growth_factor = tf.Variable(growth_factor, dtype=tf.float32,
+                                                  trainable=False, name="growth_factor")
+                self._backoff_factor = tf.Variable(backoff_factor, dtype=tf.float32,
+                                                   trainable=False, name="backoff_factor")
+                self._growth_interval = tf.Variable(growth_interval, dtype=tf.int32,
+                                                    trainable=False, name="growth_interval")
+
+    # -- checks ---------------------------------------------------------------------------------
+    @staticmethod
+    def _check_growth_factor(value):
+        return _checks.real_number("growth_factor", value, minimum=1.0, min_inclusive=False,
+                                   accepted="> 1")
+
+    @staticmethod
+    def _check_backoff_factor(value):
+        return _checks.real_number("backoff_factor", value, minimum=0.0, min_inclusive=False,
+                                   maximum=1.0, max_inclusive=False, accepted="in (0, 1)")
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def enabled(self):
+        return self._py.enabled
+
+    def is_enabled(self):
+        """True when scaling is enabled (torch's name)."""
+        return self._py.enabled
+
+    @property
+    def backend_name(self):
+        """The overflow detection backend in use (None when disabled)."""
+        return self._check.backend_name if self._check is not None else None
+
+    @property
+    def _per_optimizer_states(self):
+        """id(optimizer) -> {"stage": OptState, "found_inf": ...} for the calling thread's
+        iteration (torch's attribute name; read-only view)."""
+        return dict(self._current().states)
+
+    # -- threads ---------------------------------------------------------------------------------
+    def _current(self):
+        job_iteration = getattr(self._py.local, "iteration", None)
+        return job_iteration if job_iteration is not None else self._py.iteration
+
+    def _async(self):
+        return self._py.thread is not None
+
+    def _on_optimizer_thread(self):
+        return getattr(self._py.local, "iteration", None) is not None
+
+    def _attach_thread(self, thread):
+        with self._py.lock:
+            if self._py.thread is not None and self._py.thread is not thread:
+                raise RuntimeError("this GradScaler already has an OptimizerThread; close it first")
+            if not tf.executing_eagerly():
+                raise RuntimeError("OptimizerThread needs eager execution; got a graph context")
+            self._py.thread = thread
+            self._py.main_ident = threading.get_ident()
+            if self._py.enabled:
+                self._py.main_scale = float(self._scale.numpy())
+                self._py.main_factors = (float(self._growth_factor.numpy()),
+                                         float(self._backoff_factor.numpy()),
+                                         int(self._growth_interval.numpy()))
+
+    def _detach_thread(self, thread):
+        with self._py.lock:
+            if self._py.thread is thread:
+                self._py.thread = None
+
+    def _sync(self):
+        if self._py.thread is not None and not self._on_optimizer_thread():
+            self._py.thread.synchronize()
+
+    # -- scale -----------------------------------------------------------------------------------
+    def _scale_tensor(self):
+        """float32 scalar the current iteration's loss is (or was) scaled with."""
+        iteration = self._current()
+        if self._async():
+            if not tf.executing_eagerly():
+                raise RuntimeError("with an OptimizerThread, call scale(), unscale_() and step() "
+                                   "eagerly (each step's scale is a Python number that a "
+                                   "tf.function would freeze); the model and the optimizer may "
+                                   "use tf.function inside")
+            if iteration.scale is None:
+                iteration.scale = self._py.main_scale
+            return tf.constant(iteration.scale, tf.float32)
+        return tf.convert_to_tensor(self._scale)
+
+    def scale(self, outputs):
+        """Multiplies a tensor, or every tensor of a (nested) list/tuple, by the scale.
+
+        Returns the same structure. Disabled: returns ``outputs`` unchanged. A float16 output is
+        multiplied in float32 and cast back (the result may saturate or overflow in float16, as
+        torch's would; scale a float32 loss).
+        """
+        if not self._py.enabled:
+            return outputs
+        scale = self._scale_tensor()
+
+        def apply(value):
+            if _is_tensor_like(value):
+                value = tf.convert_to_tensor(value)
+                if value.dtype in (tf.float16, tf.bfloat16):
+                    return tf.cast(tf.cast(value, tf.float32) * scale, value.dtype)
+                return value * tf.cast(scale, value.dtype)
+            if isinstance(value, (list, tuple)):
+                return type(value)(apply(v) for v in value)
+            raise TypeError("outputs must be a tensor or an iterable of tensors; got %r (type %s)"
+                            % (value, type(value).__name__))
+
+        return apply(outputs)
+
+    # -- unscale_ ---------------------------------------------------------------------------------
+    @staticmethod
+    def _split(grads):
+        """(gradients, variables or None, rebuild) for a list of grads or of (grad, var) pairs."""
+        grads = list(grads)
+        pairs = bool(grads) and all(isinstance(g, tuple) and len(g) == 2 for g in grads)
+        if pairs:
+            return [g for g, _ in grads], [v for _, v in grads], True
+        return grads, None, False
+
+    def _read_register(self, iteration, after=()):
+        """The iteration's register flag: read (and cleared) at the first call, then kept and
+        OR-ed with anything recorded since (later reads), as the register is sticky."""
+        if not self._check.uses_register():
+            return None
+        fresh = self._check.read_and_clear_register(after)
+        if iteration.register is None or not _same_context(iteration.register):
+            iteration.register = fresh
+        else:
+            iteration.register = tf.maximum(iteration.register, fresh)
+        return iteration.register
+
+    def unscale_(self, optimizer, grads):
+        """Divides ``grads`` by the scale and records whether any overflowed; returns them.
+
+        ``grads``: the gradients of ``optimizer``'s variables, a list of tensors (None allowed) or
+        of ``(gradient, variable)`` pairs; the same structure comes back unscaled. Pass what it
+        returns (clipped, if you like) to :meth:`step`, which then does not unscale again. At most
+        once per optimizer per iteration (RuntimeError otherwise). Disabled: returns ``grads``.
+        """
+        if not self._py.enabled:
+            return grads
+        iteration = self._current()
+        state = iteration.state_for(optimizer)
+        if state["stage"] is OptState.UNSCALED:
+            raise RuntimeError("unscale_() has already been called on this optimizer since the "
+                               "last update().")
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+        return self._unscale(iteration, state, grads)
+
+    def _unscale(self, iteration, state, grads):
+        gradients, variables, pairs = self._split(grads)
+        inv_scale = tf.math.reciprocal(self._scale_tensor())
+        register = None
+        if not self._async():   # optimizer-thread mode: the register was read at submit()
+            register = self._read_register(iteration, after=_flat_tensors(gradients))
+        else:
+            register = iteration.register
+        unscaled, bad = self._check.check_and_unscale(gradients, inv_scale)
+        found = bad if register is None else bad + register
+        state["found_inf"] = self._check.agree(tf.cast(found > 0, tf.float32))
+        state["stage"] = OptState.UNSCALED
+        if pairs:
+            return list(zip(unscaled, variables))
+        return unscaled
+
+    # -- step -------------------------------------------------------------------------------------
+    def step(self, optimizer, grads_and_vars, *args, **kwargs):
+        """Unscales (unless :meth:`unscale_` did) and applies ``grads_and_vars`` unless anything
+        overflowed.
+
+        ``optimizer``: a Keras optimizer or a ``tf.compat.v1.train.Optimizer``; applying is
+        ``optimizer.apply_gradients(grads_and_vars, *args, **kwargs)``. Returns that call's result
+        when the update ran (eagerly), None when it was skipped or while tracing a
+        ``tf.function`` (where the skip is a ``tf.cond``). Disabled: applies and returns the result.
+        """
+        if not self._py.enabled:
+            return optimizer.apply_gradients(grads_and_vars, *args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        if not hasattr(optimizer, "apply_gradients"):
+            raise TypeError("optimizer must have apply_gradients (a Keras optimizer or a "
+                            "tf.compat.v1.train.Optimizer); got %r (type %s)"
+                            % (optimizer, type(optimizer).__name__))
+        iteration = self._current()
+        state = iteration.state_for(optimizer)
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+        grads_and_vars = list(grads_and_vars)
+        if not all(isinstance(p, tuple) and len(p) == 2 for p in grads_and_vars):
+            raise TypeError("grads_and_vars must be a list of (gradient, variable) pairs; got %r"
+                            % (grads_and_vars[:3],))
+        if state["stage"] is OptState.READY:
+            grads_and_vars = self._unscale(iteration, state, grads_and_vars)
+        found = state["found_inf"]
+        state["stage"] = OptState.STEPPED
+        if tf.executing_eagerly():
+            if float(found) > 0:
+                return None
+            return optimizer.apply_gradients(grads_and_vars, *args, **kwargs)
+        _build_optimizer(optimizer, [v for _, v in grads_and_vars])
+
+        def apply():
+            result = optimizer.apply_gradients(grads_and_vars, *args, **kwargs)
+            deps = [result] if isinstance(result, (tf.Operation, tf.Tensor)) else []
+            with tf.control_dependencies(deps):
+                return tf.constant(True)
+
+        tf.cond(found > 0, lambda: tf.constant(False), apply)
+        return None
+
+    # -- update -----------------------------------------------------------------------------------
+    def update(self, new_scale=None):
+        """Ends the iteration: adjusts the scale by torch's rules, or sets it to ``new_scale``.
+
+        ``new_scale``: a Python number or a scalar tensor; it is copied (later changes to the
+        tensor do not reach the scaler) and the growth count is left alone. Main thread only when
+        an :class:`OptimizerThread` is attached. Disabled: does nothing.
+        """
+        if not self._py.enabled:
+            return None
+        if self._on_optimizer_thread() or (self._async() and
+                                           threading.get_ident() != self._py.main_ident):
+            raise RuntimeError("GradScaler.update() must be called from the main thread (the one "
+                               "that created the OptimizerThread), not from %r"
+                               % threading.current_thread().name)
+        if new_scale is not None:
+            new_scale = self._check_new_scale(new_scale)
+        iteration = self._py.iteration
+        if self._async():
+            thread = self._py.thread
+            return thread._enqueue_update(iteration, new_scale)  # pylint: disable=protected-access
+        found_infs = [s["found_inf"] for s in iteration.states.values()
+                      if s["found_inf"] is not None]
+        self._py.iteration = _Iteration()
+        if new_scale is None and any(not _same_context(f) for f in found_infs):
+            raise RuntimeError("update() must run where step()/unscale_() of this iteration ran: "
+                               "all inside the same tf.function, or all eagerly")
+        if new_scale is not None:
+            return self._scale.assign(tf.cast(new_scale, tf.float32), read_value=False)
+        if not found_infs:
+            raise NoInfChecksError("No inf checks were recorded prior to update().")
+        found = tf.add_n([tf.convert_to_tensor(f) for f in found_infs])
+        return self._apply_rules(found)
+
+    @staticmethod
+    def _check_new_scale(new_scale):
+        if _is_tensor_like(new_scale):
+            tensor = tf.convert_to_tensor(new_scale)
+            if tensor.shape.rank not in (0, None) or tensor.shape.num_elements() not in (1, None):
+                raise ValueError("new_scale must be a scalar (or one-element) tensor; got shape %s"
+                                 % (tensor.shape,))
+            if not tensor.dtype.is_floating and not tensor.dtype.is_integer:
+                raise TypeError("new_scale must be a real number or a real tensor; got dtype %s"
+                                % tensor.dtype.name)
+            return tf.identity(tf.reshape(tf.cast(tensor, tf.float32), []))
+        return _checks.real_number("new_scale", new_scale, minimum=0.0, min_inclusive=False,
+                                   accepted="> 0 (a Python number or a scalar tensor)")
+
+    def _apply_rules(self, found):
+        """torch's update rule on the variables, as ops (eager or traced)."""
+        scale = tf.convert_to_tensor(self._scale)
+        tracker = tf.convert_to_tensor(self._growth_tracker)
+        overflow = found > 0
+        successful = tracker + 1
+        grow = tf.logical_and(tf.logical_not(overflow),
+                              tf.equal(successful, tf.convert_to_tensor(self._growth_interval)))
+        grown = scale * tf.convert_to_tensor(self._growth_factor)
+        new_scale = tf.where(overflow, scale * tf.convert_to_tensor(self._backoff_factor),
+                             tf.where(tf.logical_and(grow, tf.math.is_finite(grown)), grown,
+                                      scale))
+        new_tracker = tf.where(tf.logical_or(overflow, grow), tf.zeros_like(tracker), successful)
+        return tf.group(self._scale.assign(new_scale, read_value=False),
+                        self._growth_tracker.assign(new_tracker, read_value=False))
+
+    # -- getters and setters --------------------------------------------------------------------
+    def get_scale(self):
+        """The scale as a Python float (1.0 when disabled).
+
+        With an :class:`OptimizerThread`: on the optimizer thread, the scale of the step being
+        applied; on the main thread, the scale the next ``scale()`` uses. While tracing a
+        ``tf.function``: a float32 scalar tensor.
+        """
+        if not self._py.enabled:
+            return 1.0
+        if self._async():
+            iteration = self._current()
+            if self._on_optimizer_thread() or iteration.scale is not None:
+                return float(iteration.scale)
+            return float(self._py.main_scale)
+        if not tf.executing_eagerly():
+            return tf.convert_to_tensor(self._scale)
+        return float(self._scale.numpy())
+
+    def _get_factor(self, index, variable, up_to_date):
+        if self._async() and not self._on_optimizer_thread():
+            if up_to_date:
+                self._sync()
+            else:
+                return self._py.main_factors[index]
+        value = variable.numpy()
+        return int(value) if index == 2 else float(value)
+
+    def get_growth_factor(self, up_to_date=False):
+        """The growth factor. ``up_to_date=True`` waits for the optimizer thread first."""
+        if not self._py.enabled:
+            return self._py.main_factors[0]
+        return self._get_factor(0, self._growth_factor, up_to_date)
+
+    def get_backoff_factor(self, up_to_date=False):
+        """The backoff factor. ``up_to_date=True`` waits for the optimizer thread first."""
+        if not self._py.enabled:
+            return self._py.main_factors[1]
+        return self._get_factor(1, self._backoff_factor, up_to_date)
+
+    def get_growth_interval(self, up_to_date=False):
+        """The growth interval. ``up_to_date=True`` waits for the optimizer thread first."""
+        if not self._py.enabled:
+            return self._py.main_factors[2]
+        return self._get_factor(2, self._growth_interval, up_to_date)
+
+    def _set_factor(self, index, variable, value):
+        factors = list(self._py.main_factors)
+        factors[index] = value
+        self._py.main_factors = tuple(factors)
+        if not self._py.enabled:
+            return
+        if self._async() and not self._on_optimizer_thread():
+            thread = self._py.thread
+            thread._enqueue_call(lambda: variable.assign(value))  # pylint: disable=protected-access
+        else:
+            variable.assign(value)
+
+    def set_growth_factor(self, new_factor):
+        """Sets the growth factor (> 1)."""
+        self._set_factor(0, self._growth_factor, self._check_growth_factor(new_factor))
+
+    def set_backoff_factor(self, new_factor):
+        """Sets the backoff factor (in (0, 1))."""
+        self._set_factor(1, self._backoff_factor, self._check_backoff_factor(new_factor))
+
+    def set_growth_interval(self, new_interval):
+        """Sets the growth interval (an integer >= 1)."""
+        self._set_factor(2, self._growth_interval,
+                         _checks.positive_int("new_interval", new_interval))
+
+    def _get_growth_tracker(self):
+        if not self._py.enabled:
+            return 0
+        self._sync()
+        return int(self._growth_tracker.numpy())
+
+    # -- state_dict -------------------------------------------------------------------------------
+    def state_dict(self):
+        """torch's keys: ``scale``, ``growth_factor``, ``backoff_factor``, ``growth_interval``,
+        ``_growth_tracker`` (Python numbers); ``{}`` when disabled. Waits for the optimizer thread.
+        """
+        if not self._py.enabled:
+            return {}
+        self._sync()
+        return {"scale": float(self._scale.numpy()),
+                "growth_factor": float(self._growth_factor.numpy()),
+                "backoff_factor": float(self._backoff_factor.numpy()),
+                "growth_interval": int(self._growth_interval.numpy()),
+                "_growth_tracker": int(self._growth_tracker.numpy())}
+
+    def load_state_dict(self, state_dict):
+        """Loads what :meth:`state_dict` returned. Disabled: does nothing; an empty dict on an
+        enabled scaler raises RuntimeError (it came from a disabled scaler)."""
+        if not self._py.enabled:
+            return
+        if not isinstance(state_dict, dict):
+            raise TypeError("state_dict must be a dict from GradScaler.state_dict(); got %r "
+                            "(type %s)" % (state_dict, type(state_dict).__name__))
+        if len(state_dict) == 0:
+            raise RuntimeError("The source state dict is empty, possibly because it was saved "
+                               "from a disabled instance of GradScaler.")
+        missing = [k for k in ("scale", "growth_factor", "backoff_factor", "growth_interval",
+                               "_growth_tracker") if k not in state_dict]
+        if missing:
+            raise KeyError("state_dict lacks %s (accepted: what GradScaler.state_dict() returns)"
+                           % ", ".join(missing))
+        self._sync()
+        scale = _checks.real_number("state_dict['scale']", state_dict["scale"], minimum=0.0,
+                                    min_inclusive=False, accepted="> 0")
+        growth = self._check_growth_factor(state_dict["growth_factor"])
+        backoff = self._check_backoff_factor(state_dict["backoff_factor"])
+        interval = _checks.positive_int("state_dict['growth_interval']",
+                                        state_dict["growth_interval"])
+        tracker = int(state_dict["_growth_tracker"])
+        self._scale.assign(scale)
+        self._growth_factor.assign(growth)
+        self._backoff_factor.assign(backoff)
+        self._growth_interval.assign(interval)
+        self._growth_tracker.assign(tracker)
+        self._py.main_scale = scale
+        self._py.main_factors = (growth, backoff, interval)
+
+
+def _same_context(tensor):
+    """True when ``tensor`` can be used where ops are being built now."""
+    eager_now = tf.executing_eagerly()
+    try:
+        graph = tensor.graph
+    except AttributeError:
+        return eager_now
+    return (not eager_now) and graph is tf.compat.v1.get_default_graph()
+
+
+def _flat_tensors(grads):
+    out = []
+    for g in grads:
+        if g is None:
+            continue
+        out.append(g.values if isinstance(g, tf.IndexedSlices) else g)
+    return out
+
+
+def _build_optimizer(optimizer, variables):
+    """Creates a Keras optimizer's slot variables now, outside the ``tf.cond`` of a skip.
+
+    Keras 3 marks a built optimizer with ``built``, Keras 2.15 with ``_built``;
+    ``tf.compat.v1.train`` optimizers have no ``build`` (they create slots in an init scope).
+    """
+    build = getattr(optimizer, "build", None)
+    if build is None:
+        return
+    built = getattr(optimizer, "built", None)
+    if built is None:
+        built = getattr(optimizer, "_built", True)
+    if built:
+        return
+    with tf.init_scope():
+        build(variables)
