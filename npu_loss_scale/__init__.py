@@ -19,6 +19,8 @@ from .policy import ExponentialUpdateLossScaleManager, FixedLossScaleManager, Lo
 from .flags import loss_scale_manager_from_flag
 from .hooks import LossScaleHook
 from .schedules import WarmupDecaySchedule, warmup_decay_learning_rate
+from .schedules import (OptimizerParamScheduler, ParamGroupOptimizer, ParamGroupOverride,
+                        combine_param_group_overrides, param_group_override_to_tuple)
 
 __version__ = "0.1.0"
 
@@ -28,4 +30,6 @@ __all__ = [
     "emulation", "saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
     "loss_scale_manager_from_flag", "LossScaleHook", "WarmupDecaySchedule",
     "warmup_decay_learning_rate",
+    "OptimizerParamScheduler", "ParamGroupOverride", "param_group_override_to_tuple",
+    "combine_param_group_overrides", "ParamGroupOptimizer",
 ]
