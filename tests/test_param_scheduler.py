@@ -18,7 +18,7 @@ from param_scheduler_reference import Reference
 
 STYLE_CASES = [(s, None) for s in LR_DECAY_STYLES if s != "WSD"] + \
     [("WSD", w) for w in WSD_DECAY_STYLES]
-SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -79,7 +79,7 @@ def test_python_values_match_the_reference_for_random_configs(style, wsd_style, 
 # -- the graph path against the reference --------------------------------------------------------
 @pytest.mark.parametrize("style, wsd_style", STYLE_CASES)
 def test_graph_values_match_the_reference_for_random_configs(style, wsd_style):
-    @settings(SETTINGS, max_examples=8)
+    @settings(SETTINGS, max_examples=6)
     @given(configs(style, wsd_style, "linear"))
     def check(case):
         kwargs, group, steps = case
