@@ -372,11 +372,18 @@ def test_eager_step_drives_rates_and_weight_decay():
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([reference.lr(8)] * 2)
 
 
-def test_apply_without_a_scheduler_is_an_error(graph):
+def test_apply_without_a_scheduler_or_under_a_strategy_is_an_error(graph):
     v = tf.compat.v1.get_variable("v", [1], use_resource=True)
     opt = ParamGroupOptimizer(lambda lr, group: tf.compat.v1.train.GradientDescentOptimizer(lr))
     with pytest.raises(RuntimeError, match="needs an OptimizerParamScheduler"):
         opt.apply_gradients([(tf.ones([1]), v)])
+    _scheduler(opt)
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        with pytest.raises(NotImplementedError, match="does not support tf.distribute"):
+            opt.apply_gradients([(tf.ones([1]), v)])
+    for bad, error in ((0, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="increment must be an integer >= 1"):
+            ParamGroupOptimizer(lambda lr, group: None, increment=bad)
 
 
 # -- checkpoints ---------------------------------------------------------------------------------

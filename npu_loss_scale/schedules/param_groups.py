@@ -25,7 +25,8 @@ Composition: wrap this optimizer, never the other way round. Gradient averaging
 (``hvd.DistributedOptimizer``) goes between it and ``NPULossScaleOptimizer``; clipping goes
 between ``compute_gradients`` and ``apply_gradients`` of the outermost optimizer (or in a
 clipping wrapper around this one); gradient accumulation that calls the inner
-``apply_gradients`` once per accumulated update advances the schedule once per update.
+``apply_gradients`` once per accumulated update advances the schedule once per update. ``tf.distribute`` strategies are not supported (an
+error says so): their replica-local applies would need replica-aware weight decay and counters.
 
 In eager mode the groups' rates and weight decays are the Python values
 :meth:`OptimizerParamScheduler.step` sets on :attr:`param_groups`; call ``step(1)`` after each
@@ -38,6 +39,7 @@ import fnmatch
 
 import tensorflow as tf
 
+from .. import _checks
 from .overrides import (check_override, combine_param_group_overrides,
                         param_group_override_to_tuple)
 
@@ -110,8 +112,7 @@ class ParamGroupOptimizer(tf.compat.v1.train.Optimizer):
                 raise TypeError("%s: the override must be a ParamGroupOverride dict; got %r "
                                 "(type %s)" % (where, pair[1], type(pair[1]).__name__))
             check_override(pair[1], where)
-        if isinstance(increment, bool) or not isinstance(increment, int) or increment < 1:
-            raise ValueError("increment must be an integer >= 1; got %r" % (increment,))
+        increment = _checks.positive_int("increment", increment)
         super().__init__(use_locking=False, name=name)
         self._optimizer_fn = optimizer_fn
         self._overrides = overrides
@@ -186,6 +187,11 @@ class ParamGroupOptimizer(tf.compat.v1.train.Optimizer):
         if self._scheduler is None:
             raise RuntimeError("ParamGroupOptimizer needs an OptimizerParamScheduler: create "
                                "OptimizerParamScheduler(this_optimizer, ...) before applying")
+        if tf.distribute.has_strategy():
+            raise NotImplementedError(
+                "ParamGroupOptimizer does not support tf.distribute strategies (its weight decay "
+                "and counters are not replica-aware); average gradients with "
+                "hvd.DistributedOptimizer between it and NPULossScaleOptimizer instead")
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         if not pairs:
             raise ValueError("no gradients provided for any variable: %s"
