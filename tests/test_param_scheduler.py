@@ -321,6 +321,7 @@ def test_each_group_gets_its_rate_and_decoupled_weight_decay_and_skipped_steps_c
         np.testing.assert_allclose(got[2], e, rtol=1e-6, err_msg="iteration %d" % i)
         assert got[3:] == [applied, applied]
     assert session.run(m["lso"].skipped_steps) == 2
+    assert m["scheduler"].state_dict(session)["num_steps"] == applied == m["scheduler"].num_steps
 
 
 def test_an_overflow_only_the_register_sees_skips_every_group_and_the_schedule(graph, session):

@@ -64,7 +64,7 @@ COMPARED = (
 )
 _WD_KEYS = ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style")
 _FLOATS = ("max_lr", "min_lr", "start_wd", "end_wd")
-_INTS = ("lr_warmup_steps", "lr_decay_steps", "wd_incr_steps")
+_INTS = ("lr_warmup_steps", "lr_decay_steps", "wd_incr_steps", "num_steps")
 _STRINGS = ("lr_decay_style", "wd_incr_style")
 
 
@@ -259,9 +259,17 @@ class OptimizerParamScheduler:
         return list(getattr(self.optimizer, "param_groups", None) or [])
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def state_dict(self):
+    def state_dict(self, session=None):
         """``num_steps`` and the values the checkpoint rules compare (Megatron's keys); not
-        ``init_lr`` nor the WSD settings."""
+        ``init_lr`` nor the WSD settings.
+
+        Graph mode: pass the ``session`` to read them from the graph's variables (the Python
+        state is synced to them first; without it the Python state is returned)."""
+        if session is not None:
+            values = session.run(self._graph_vars())
+            self.__dict__.update({key: _normalise(key, value.item() if hasattr(value, "item")
+                                                  else value) for key, value in values.items()})
+            self.step(0)
         state = {key: getattr(self, key) for key, _ in COMPARED}
         state["num_steps"] = self.num_steps
         return state
