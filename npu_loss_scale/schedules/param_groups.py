@@ -221,7 +221,8 @@ class ParamGroupOptimizer(tf.compat.v1.train.Optimizer):
                                      * float(group.get("wd_mult", 1.0)), tf.float32,
                                      name="weight_decay")
                         self._lr_now[id(group)] = lr
-                    decays += self._decay(group_pairs, lr, wd, eager)
+                    if float(group.get("wd_mult", 1.0)) != 0.0:   # no ops for no decay
+                        decays += self._decay(group_pairs, lr, wd, eager)
             with tf.control_dependencies(decays if not eager else None):
                 updates = [self._inner_for(group).apply_gradients(group_pairs)
                            for group, group_pairs in by_group]
