@@ -21,6 +21,8 @@ from .mixed_precision import MegatronGradientProcessor, MegatronMixedPrecisionOp
 from .flags import loss_scale_manager_from_flag
 from .hooks import LossScaleHook
 from .schedules import WarmupDecaySchedule, warmup_decay_learning_rate
+from .schedules import (OptimizerParamScheduler, ParamGroupOptimizer, ParamGroupOverride,
+                        combine_param_group_overrides, param_group_override_to_tuple)
 from .frontends import GradScaler, OptimizerThread
 
 __version__ = "0.1.0"
@@ -34,6 +36,8 @@ __all__ = [
     "MegatronGradScaler", "ConstantGradScaler", "DynamicGradScaler",
     "MegatronMixedPrecisionOptimizer", "MegatronGradientProcessor",
     "GradScaler", "OptimizerThread",
+    "OptimizerParamScheduler", "ParamGroupOverride", "param_group_override_to_tuple",
+    "combine_param_group_overrides", "ParamGroupOptimizer",
 ]
 
 

@@ -63,6 +63,9 @@ def run(tmp_path_factory):
 def test_shortened_fp16_run_reaches_the_accuracy(run):
     r = run["results"]
     assert r["heldout_sentences"] == 1000
+    # trained through OptimizerParamScheduler: warmup + linear decay, weight decay 0.01
+    assert (r["scheduler"], r["lr_decay_style"], r["weight_decay"]) == \
+        ("OptimizerParamScheduler", "linear", 0.01)
     assert r["accuracy"] >= 0.78, r["accuracy"]
 
 

@@ -1,7 +1,9 @@
 """Fine-tune all-MiniLM-L6-v2 on Rotten Tomatoes sentences with Ascend loss scaling (Estimator).
 
 A tf.compat.v1 Estimator whose optimizer is wrapped in ``NPULossScaleOptimizer``; the flags are
-those of the Ascend ModelZoo BERT scripts. On a CPU the float-status register and the float16
+those of the Ascend ModelZoo BERT scripts. The learning rate (warmup, then linear decay) and the
+decoupled weight decay (0.01, none for LayerNorm and bias) come from ``OptimizerParamScheduler``
+on a ``ParamGroupOptimizer`` of two Adam groups; skipped steps advance neither. On a CPU the float-status register and the float16
 saturation of an Ascend device are emulated by ``npu_loss_scale.emulation``.
 
     python examples/bert/run_classifier.py --precision=fp16 --npu_bert_loss_scale=0 \\
@@ -51,7 +53,14 @@ flags.DEFINE_boolean("horovod", False,
 flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate (Adam).")
 flags.DEFINE_integer("warmup_steps", 20, "Linear warmup steps (applied steps).")
 flags.DEFINE_enum("lr_decay_style", "linear", ["linear", "cosine", "inverse-square-root",
-                                               "constant"], "Decay after warmup.")
+                                               "constant", "WSD"],
+                  "Decay after warmup (OptimizerParamScheduler's lr_decay_style), down to 0 at "
+                  "--train_steps.")
+flags.DEFINE_integer("wsd_decay_steps", None, "WSD only: length of the final annealing phase.")
+flags.DEFINE_enum("lr_wsd_decay_style", None, ["linear", "cosine", "exponential", "minus_sqrt"],
+                  "WSD only: how the rate anneals in the final phase.")
+flags.DEFINE_float("weight_decay", 0.01, "Decoupled (AdamW-style) weight decay of every weight "
+                   "except LayerNorm and bias.")
 flags.DEFINE_integer("train_steps", 200, "Applied training steps (global_step at the end); "
                      "skipped steps come on top.")
 flags.DEFINE_integer("batch_size", 32, "Training batch size (per rank).")
@@ -153,11 +162,14 @@ class ProgressBarHook(tf.compat.v1.train.SessionRunHook):
             self.bar.close()
 
 
+#: Variables without weight decay (globs on variable names), as in BERT recipes.
+NO_WEIGHT_DECAY = ("*LayerNorm/*", "*/bias")
+
+
 def build_model_fn(config, model_dir, hvd, hooks_out):
     import npu_loss_scale as nls
     from npu_loss_scale.flags import loss_scale_manager_from_flag
     from npu_loss_scale.hooks import LossScaleHook
-    from npu_loss_scale.schedules import WarmupDecaySchedule
     import bert_modeling
 
     def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
@@ -178,12 +190,19 @@ def build_model_fn(config, model_dir, hvd, hooks_out):
             return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
 
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        schedule = WarmupDecaySchedule(
-            max_lr=FLAGS.learning_rate, warmup_steps=FLAGS.warmup_steps,
-            decay_steps=max(FLAGS.train_steps, FLAGS.warmup_steps + 1),
-            decay_style=FLAGS.lr_decay_style)
-        learning_rate = schedule(global_step)
-        optimizer = tf.compat.v1.train.AdamOptimizer(learning_rate, epsilon=1e-6)
+        # Two parameter groups, as BERT recipes do: no weight decay for LayerNorm and bias.
+        optimizer = nls.ParamGroupOptimizer(
+            lambda lr, group: tf.compat.v1.train.AdamOptimizer(lr, epsilon=1e-6),
+            overrides=[(NO_WEIGHT_DECAY, nls.ParamGroupOverride(wd_mult=0.0))])
+        scheduler = nls.OptimizerParamScheduler(
+            optimizer, init_lr=0.0, max_lr=FLAGS.learning_rate, min_lr=0.0,
+            lr_warmup_steps=FLAGS.warmup_steps,
+            lr_decay_steps=max(FLAGS.train_steps, FLAGS.warmup_steps + 1),
+            lr_decay_style=FLAGS.lr_decay_style, start_wd=FLAGS.weight_decay,
+            end_wd=FLAGS.weight_decay, wd_incr_steps=FLAGS.train_steps,
+            wd_incr_style="constant", wsd_decay_steps=FLAGS.wsd_decay_steps,
+            lr_wsd_decay_style=FLAGS.lr_wsd_decay_style)
+        learning_rate = tf.cast(scheduler.lr_tensor(), tf.float32)
         if hvd.distributed:
             optimizer = hvd.hvd.DistributedOptimizer(optimizer)
         manager = loss_scale_manager_from_flag(FLAGS.npu_bert_loss_scale,
@@ -203,7 +222,7 @@ def build_model_fn(config, model_dir, hvd, hooks_out):
         loader = bert_modeling.PretrainedLoader(model_dir)
         scaffold = tf.compat.v1.train.Scaffold(init_fn=loader.init_fn)
 
-        hooks = []
+        hooks = [scheduler.checkpoint_rules_hook()]   # checkpoint rules after a restore
         if hvd.distributed:
             hooks.append(hvd.hvd.BroadcastGlobalVariablesHook(0))
         if hvd.rank == 0:
@@ -325,6 +344,9 @@ def main(argv):
         "max_seq_length": FLAGS.max_seq_length,
         "learning_rate": FLAGS.learning_rate,
         "warmup_steps": FLAGS.warmup_steps,
+        "lr_decay_style": FLAGS.lr_decay_style,
+        "weight_decay": FLAGS.weight_decay,
+        "scheduler": "OptimizerParamScheduler",
         "ranks": hvd.size,
         "heldout_sentences": int(len(held_y)),
         "accuracy": float(metrics["accuracy"]),

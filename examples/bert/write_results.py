@@ -51,6 +51,18 @@ def _settled_at(r):
     return settled
 
 
+def _optimizer_text(r):
+    """How the run trained: the optimizer and its schedule."""
+    style = r.get("lr_decay_style", "linear")
+    if r.get("scheduler") == "OptimizerParamScheduler":
+        return ("Adam with decoupled weight decay %g (none on LayerNorm and bias), learning rate "
+                "%g with %d warmup steps then %s decay, both from OptimizerParamScheduler "
+                "(applied steps only)" % (r.get("weight_decay", 0.0), r["learning_rate"],
+                                          r["warmup_steps"], style))
+    return ("Adam, learning rate %g with %d warmup steps then %s decay"
+            % (r["learning_rate"], r["warmup_steps"], style))
+
+
 def render(results, wall_seconds=None, cores=None, tf_version=None):
     lines = [
         "| precision | loss scaling | held-out accuracy | skipped steps | iterations "
@@ -65,11 +77,11 @@ def render(results, wall_seconds=None, cores=None, tf_version=None):
     first = results[0]
     notes = [
         "",
-        "%d applied steps of batch %d at sequence length %d, Adam, learning rate %g with %d "
-        "warmup steps then linear decay; held-out set: %d sentences. s/step is the mean wall "
-        "time of a training iteration (skipped ones included) after the first."
+        "%d applied steps of batch %d at sequence length %d, %s; held-out set: %d sentences. "
+        "s/step is the mean wall time of a training iteration (skipped ones included) after "
+        "the first."
         % (first["train_steps"], first["batch_size"], first["max_seq_length"],
-           first["learning_rate"], first["warmup_steps"], first["heldout_sentences"]),
+           _optimizer_text(first), first["heldout_sentences"]),
     ]
     by_precision = {r["precision"]: r for r in results}
     if "fp32" in by_precision and "fp16" in by_precision:

@@ -29,6 +29,8 @@ Example::
 import math
 import numbers
 
+from . import formulas
+
 DECAY_STYLES = ("linear", "cosine", "inverse-square-root", "constant")
 
 
@@ -54,6 +56,10 @@ def _steps(name, value, allow_none=False):
 
 class WarmupDecaySchedule:
     """Linear warmup then ``decay_style`` decay, evaluated on a step counter.
+
+    A thin face of the formulas of :class:`OptimizerParamScheduler` (one implementation, in
+    :mod:`npu_loss_scale.schedules.formulas`) for a single learning rate driven by
+    ``global_step``, without parameter groups or weight decay.
 
     Args:
       max_lr: the peak rate, reached at the end of warmup (>= 0).
@@ -98,25 +104,15 @@ class WarmupDecaySchedule:
                     self.max_lr, self.warmup_steps, self.decay_steps, self.decay_style,
                     self.min_lr, self.init_lr))
 
+    def _formula_args(self):
+        return dict(init_lr=self.init_lr, max_lr=self.max_lr, min_lr=self.min_lr,
+                    lr_warmup_steps=self.warmup_steps, lr_decay_steps=self.decay_steps,
+                    lr_decay_style=self.decay_style)
+
     # -- pure Python ------------------------------------------------------------------------
     def value_at(self, step):
         """The learning rate at ``step`` (a Python number), as a Python float."""
-        step = float(step)
-        if self.warmup_steps > 0 and step <= self.warmup_steps:
-            return self.init_lr + (self.max_lr - self.init_lr) * step / self.warmup_steps
-        if self.decay_style == "constant":
-            return self.max_lr
-        if self.decay_steps is not None and step > self.decay_steps:
-            return self.min_lr
-        if self.decay_style == "inverse-square-root":
-            lr = self.max_lr * math.sqrt(max(self.warmup_steps, 1)) / math.sqrt(max(step, 1.0))
-            return max(self.min_lr, lr)
-        ratio = (step - self.warmup_steps) / float(self.decay_steps - self.warmup_steps)
-        if self.decay_style == "linear":
-            coeff = 1.0 - ratio
-        else:
-            coeff = 0.5 * (math.cos(math.pi * ratio) + 1.0)
-        return self.min_lr + coeff * (self.max_lr - self.min_lr)
+        return formulas.learning_rate(formulas.PY, step, **self._formula_args())
 
     # -- graph ------------------------------------------------------------------------------
     def __call__(self, global_step=None, name=None):
@@ -127,31 +123,8 @@ class WarmupDecaySchedule:
         if global_step is None:
             global_step = tf.compat.v1.train.get_or_create_global_step()
         with tf.name_scope(name or "learning_rate_schedule"):
-            step = tf.cast(global_step, tf.float32)
-            max_lr = tf.constant(self.max_lr, tf.float32)
-            min_lr = tf.constant(self.min_lr, tf.float32)
-            init_lr = tf.constant(self.init_lr, tf.float32)
-            warmup = float(self.warmup_steps)
-
-            if self.decay_style == "constant":
-                after = max_lr
-            elif self.decay_style == "inverse-square-root":
-                after = tf.maximum(min_lr, max_lr * math.sqrt(max(warmup, 1.0))
-                                   * tf.math.rsqrt(tf.maximum(step, 1.0)))
-            else:
-                span = float(self.decay_steps - self.warmup_steps)
-                ratio = tf.clip_by_value((step - warmup) / span, 0.0, 1.0)
-                if self.decay_style == "linear":
-                    coeff = 1.0 - ratio
-                else:
-                    coeff = 0.5 * (tf.cos(math.pi * ratio) + 1.0)
-                after = min_lr + coeff * (max_lr - min_lr)
-            if self.decay_steps is not None:
-                after = tf.where(step > float(self.decay_steps), min_lr, after)
-            if self.warmup_steps > 0:
-                ramp = init_lr + (max_lr - init_lr) * (step / warmup)
-                after = tf.where(step <= warmup, ramp, after)
-            return tf.identity(after, name="learning_rate")
+            lr = formulas.learning_rate(formulas.tf_ops(), global_step, **self._formula_args())
+            return tf.cast(lr, tf.float32, name="learning_rate")
 
 
 def warmup_decay_learning_rate(global_step, max_lr, warmup_steps=0, decay_steps=None,
@@ -162,4 +135,3 @@ def warmup_decay_learning_rate(global_step, max_lr, warmup_steps=0, decay_steps=
                                init_lr=init_lr)(global_step, name=name)
 
 
-__all__ = ["WarmupDecaySchedule", "warmup_decay_learning_rate", "DECAY_STYLES"]
