@@ -12,8 +12,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _blocks():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         text = f.read()
-    section = text[text.index("### TF2 loops: a torch-style `GradScaler`"):
-                   text.index("### Errors")]
+    start = text.index("### TF2 loops: a torch-style `GradScaler`")
+    keras = text.index("### Keras: `npu_loss_scale.keras.NpuLossScaleOptimizer`", start)
+    end = text.find("\n### ", keras + 1)   # the front-end sections end at the next one
+    section = text[start:end if end != -1 else len(text)]
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
