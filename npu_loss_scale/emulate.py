@@ -69,6 +69,33 @@ def real_npu_bridge_origin():
     return spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
 
 
+NOT_EMULATED_TOPS = SHIM_PACKAGES + ("npu_device",)
+
+
+class _NotEmulatedFinder:
+    """Last on ``sys.meta_path``: an Ascend module no finder found is "not emulated", by name.
+
+    Being last, it only answers for modules nothing else provides, so it never hides a real
+    ``npu_device`` or a real module of the shim.
+    """
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):  # pylint: disable=unused-argument
+        top = fullname.split(".", 1)[0]
+        if top not in NOT_EMULATED_TOPS:
+            return None
+        if top == "npu_device":
+            what = ("npu_device (Ascend's TF2 adapter) is not emulated on CPU by npu_loss_scale "
+                    "yet (module %s); run the TF1 npu_bridge form of the script" % fullname)
+        else:
+            what = ("%s is not emulated on CPU by npu_loss_scale (python -m "
+                    "npu_loss_scale.emulate); nothing stands in for it" % fullname)
+        raise ModuleNotFoundError(what, name=fullname)
+
+
+_FINDER = _NotEmulatedFinder()
+
+
 def install_shim():
     """Makes ``npu_bridge`` resolve to the CPU shim unless a real one is importable.
 
@@ -78,19 +105,22 @@ def install_shim():
         return False
     if SHIM_DIR not in sys.path:
         sys.path.append(SHIM_DIR)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.append(_FINDER)
     return True
 
 
 def uninstall_shim():
     """Undoes :func:`install_shim`: the shim folder leaves ``sys.path``, its modules ``sys.modules``."""
     sys.path[:] = [p for p in sys.path if p != SHIM_DIR]
+    sys.meta_path[:] = [f for f in sys.meta_path if f is not _FINDER]
     for name in list(sys.modules):
         top = name.split(".", 1)[0]
         if top in SHIM_PACKAGES and _is_shim_module(sys.modules.get(top)):
             del sys.modules[name]
 
 
-_VALUE_OPTIONS = ("--sat-mode", "--saturate-dtypes")
+_VALUE_OPTIONS = ("--sat-mode", "--saturate-dtypes", "--precision-mode")
 
 
 def _split(argv):
@@ -128,7 +158,16 @@ def _parse(argv):
                         help="saturate every float16 op the script builds, as the device does")
     parser.add_argument("--saturate-dtypes", default="float16",
                         help="comma-separated dtypes for --saturate-every-op (default float16)")
+    parser.add_argument("--precision-mode", default=None,
+                        help="precision_mode for sessions whose config sets none (the device's "
+                             "training default is allow_fp32_to_fp16; default here: none, "
+                             "float32 as written)")
     args = parser.parse_args(own)
+    if args.precision_mode is not None:
+        from .ascend.precision import PRECISION_MODES  # pylint: disable=import-outside-toplevel
+        if args.precision_mode not in PRECISION_MODES:
+            parser.error("--precision-mode must be one of %s; got %r"
+                         % (", ".join(PRECISION_MODES), args.precision_mode))
     args.module = module
     if module is None:
         if not target:
@@ -157,9 +196,15 @@ def main(argv=None):
         sys.argv = [args.module] + args.script_args
         sys.path[0] = os.getcwd()  # as `python -m module` does
 
-    if not install_shim():
+    shim_in_use = install_shim()
+    if not shim_in_use:
         print("%s: using the real npu_bridge at %s; the CPU shim is not installed"
               % (_PROG, real_npu_bridge_origin()), file=sys.stderr)
+
+    if shim_in_use:  # the device applies precision_mode itself; the emulation does it on CPU
+        from .ascend import precision  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        precision.set_default_precision_mode(args.precision_mode)
+        precision.install_session_hook()
 
     if args.saturate_every_op:
         from . import saturation  # imports TensorFlow
