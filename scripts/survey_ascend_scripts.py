@@ -51,6 +51,9 @@ NPU_INIT_ORIGINS = {
     "NPUEstimator": _NPU + ".npu_estimator", "NPUEstimatorSpec": _NPU + ".npu_estimator",
     "NPUDistributedOptimizer": _NPU + ".npu_optimizer", "NPUOptimizer": _NPU + ".npu_optimizer",
     "KerasDistributeOptimizer": _NPU + ".npu_optimizer",
+    "npu_distributed_optimizer_wrapper": _NPU + ".npu_optimizer",
+    "npu_allreduce": _NPU + ".npu_optimizer",
+    "NPUBroadcastGlobalVariablesCallback": _NPU + ".npu_callbacks",
     "NPUCheckpointSaverHook": _NPU + ".npu_hook", "NPUOutputTensorHook": _NPU + ".npu_hook",
     "NPUBroadcastGlobalVariablesHook": _NPU + ".npu_hook",
     "NPULossScaleOptimizer": _NPU + ".npu_loss_scale_optimizer",
@@ -71,7 +74,9 @@ NPU_INIT_OWN = (  # defined in npu_init itself, or re-exported from TensorFlow /
     "npu_graph_options", "npu_optimizer_options", "set_keras_session_npu_config", "init_resource",
     "shutdown_resource", "close_session", "get_npu_rank_id", "get_npu_local_rank_id",
     "get_npu_rank_size", "config_pb2", "rewriter_config_pb2", "RewriterConfig", "session", "tf",
-    "os", "atexit")
+    "os", "atexit", "npu_callbacks_append", "NpuEmptyHook", "npu_keras_optimizer",
+    "npu_tf_optimizer", "npu_clear_session", "experimental_options", "backend",
+    "session_run_hook")
 NPU_INIT = "npu_bridge.npu_init"
 NPU_INIT_NAMES = set(NPU_INIT_ORIGINS) | set(NPU_INIT_OWN)
 _BUILTINS = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__builtins__", "__spec__",
@@ -210,7 +215,8 @@ def _scan_file(path):
     return scan, path
 
 
-_NOT_NPU_MODULES = {"tf", "os", "atexit", "config_pb2", "rewriter_config_pb2", "session"}
+_NOT_NPU_MODULES = {"tf", "os", "atexit", "config_pb2", "rewriter_config_pb2", "session",
+                    "backend", "session_run_hook", "time", "json"}
 
 
 def _module_chain(base, rest):
@@ -362,9 +368,18 @@ def survey(corpus, provides=None):
             else:
                 used |= names
         per_dir[d] = used
-    provides = provides or shim_resolver()
     all_names = sorted(set().union(*per_dir.values())) if per_dir else []
-    provided = {n: bool(provides(n)) for n in all_names}
+    if provides is None:
+        from npu_loss_scale import emulate  # pylint: disable=import-outside-toplevel
+        installed_before = emulate.SHIM_DIR in sys.path
+        try:
+            provides = shim_resolver()
+            provided = {n: bool(provides(n)) for n in all_names}
+        finally:
+            if not installed_before:
+                emulate.uninstall_shim()  # leave the process as it was
+    else:
+        provided = {n: bool(provides(n)) for n in all_names}
     counts = collections.Counter(n for used in per_dir.values() for n in used)
     covered = [d for d, used in per_dir.items() if all(provided[n] for n in used)]
     rel = lambda d: os.path.relpath(d, corpus)  # noqa: E731

@@ -24,13 +24,26 @@ def mark_loop(op, iterations):
     return op
 
 
+def _flatten(fetches):
+    """The leaves of a fetch structure (lists, tuples, dicts with any keys, namedtuples)."""
+    stack = [fetches]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        else:
+            yield item
+
+
 def iterations_of(fetches, graph):
     """The largest N among the marked ops in ``fetches`` (1 when none is marked)."""
     marked = _loops.get(graph)
     if not marked:
         return 1
     best = 1
-    for item in tf.nest.flatten(fetches):
+    for item in _flatten(fetches):
         op = item if isinstance(item, tf.Operation) else getattr(item, "op", None)
         if isinstance(op, tf.Operation) and op.name in marked:
             best = max(best, marked[op.name])

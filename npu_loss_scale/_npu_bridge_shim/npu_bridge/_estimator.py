@@ -1,5 +1,9 @@
 """TensorFlow's Estimator for the shim (``tensorflow-estimator``, TF <= 2.15), loaded lazily."""
 
+MISSING = ("NPURunConfig / NPUEstimator run on TensorFlow's Estimator, which this TensorFlow "
+           "does not have (it was removed after TF 2.15; install tensorflow-estimator with "
+           "TF 2.15): %s")
+
 
 def estimator_lib():
     """``tf.compat.v1.estimator``; ImportError naming what is needed when it is absent."""
@@ -9,10 +13,7 @@ def estimator_lib():
         lib.RunConfig  # pylint: disable=pointless-statement
         return lib
     except (ImportError, AttributeError) as err:
-        raise ImportError(
-            "NPURunConfig / NPUEstimator run on TensorFlow's Estimator, which this TensorFlow "
-            "does not have (it was removed after TF 2.15; install tensorflow-estimator with "
-            "TF 2.15): %s" % err)
+        raise ImportError(MISSING % err)
 
 
 def available():

@@ -14,8 +14,10 @@ the adapter accepts is accepted here, checked as the device checks it, and recor
 
 Unknown keyword arguments are a TypeError naming them (a misspelt option never passes silently).
 """
+import json  # noqa: F401  (exported by the adapter's module, which scripts star-import)
 import numbers
 import os
+import time  # noqa: F401  (idem)
 from enum import Enum
 
 from npu_loss_scale.ascend import precision as _precision
@@ -257,6 +259,10 @@ class _NPURunConfigWithoutEstimator:
 NPURunConfig = _run_config_class() if _estimator.available() else _NPURunConfigWithoutEstimator
 NPURunConfig.__name__ = "NPURunConfig"
 
+# The star-import surface: the classes, and the modules the adapter's npu_config has at top level
+# that scripts take from ``from npu_bridge.estimator.npu.npu_config import *`` (``time``,
+# ``os``, ``json``); never ``tf``, which would replace the script's own.
 __all__ = ["NPURunConfig", "ProfilingConfig", "DumpConfig", "DynamicInputConfig",
-           "NpuExecutePlacement", "NPU_OPTION_DEFAULTS", "npu_session_config"]
+           "NpuExecutePlacement", "NPU_OPTION_DEFAULTS", "npu_session_config", "time", "os",
+           "json"]
 __getattr__ = _module_getattr(__name__, __all__)

@@ -63,6 +63,7 @@ def _wrap_model_fn(model_fn, lib):
                 train_op = tf.group(train_op, *_host_call_ops(host_call))
             op = train_op if isinstance(train_op, tf.Operation) else train_op.op
             iterations = getattr(config, "iterations_per_loop", 1)
+
             if iterations > 1:
                 loops.install_run_hook()
                 loops.mark_loop(op, iterations)
