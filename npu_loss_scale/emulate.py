@@ -18,6 +18,13 @@ Options (before the script):
     IEEE inf/NaN, which the emulation backend detects as well.
 ``--saturate-dtypes float16[,float32...]``
     The dtypes ``--saturate-every-op`` saturates (default: float16).
+``--precision-mode MODE``
+    The device's ``precision_mode`` for sessions whose config sets none (a config's
+    ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is always
+    honoured); see :mod:`npu_loss_scale.ascend.precision`.
+``--tf1``
+    TF1 mode: ``import tensorflow as tf`` in the script's own files gives TF1 behaviour; see
+    :mod:`npu_loss_scale.ascend.tf1`.
 
 When no real ``npu_bridge`` is importable, the folder of the CPU shim (package
 ``npu_bridge``, and ``hccl`` for its rank helpers) is appended to the *end* of ``sys.path``, so
@@ -158,6 +165,10 @@ def _parse(argv):
                         help="saturate every float16 op the script builds, as the device does")
     parser.add_argument("--saturate-dtypes", default="float16",
                         help="comma-separated dtypes for --saturate-every-op (default float16)")
+    parser.add_argument("--tf1", action="store_true",
+                        help="TF1 mode: the script's own `import tensorflow as tf` gives "
+                             "tensorflow.compat.v1 with v2 behaviour off (see "
+                             "npu_loss_scale.ascend.tf1)")
     parser.add_argument("--precision-mode", default=None,
                         help="precision_mode for sessions whose config sets none (the device's "
                              "training default is allow_fp32_to_fp16; default here: none, "
@@ -205,6 +216,10 @@ def main(argv=None):
         from .ascend import precision  # imports TensorFlow  pylint: disable=import-outside-toplevel
         precision.set_default_precision_mode(args.precision_mode)
         precision.install_session_hook()
+
+    if args.tf1:
+        from .ascend import tf1  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        tf1.enable([sys.path[0]])
 
     if args.saturate_every_op:
         from . import saturation  # imports TensorFlow

@@ -293,3 +293,26 @@ def test_estimator_script_honours_iterations_per_loop_and_precision_mode(tmp_pat
     runs = [(e["scale_after"], e["global_step"]) for e in events if e["event"] == "run"]
     assert runs == [(32768.0, 0), (32768.0, 2), (32768.0, 4)]
     assert events[-1]["kernel"] == pytest.approx([1.0 - 4 * 0.001] * 2, abs=1e-6)
+
+
+# -- TF1 mode ----------------------------------------------------------------------------------------
+TF1_SCRIPT = os.path.join(HERE, "scripts", "tf1_session", "train.py")
+
+
+def test_tf1_mode_gives_the_users_files_tf1_and_the_package_tf2(tmp_path):
+    events = _run(["--tf1", TF1_SCRIPT, "--steps=2"], str(tmp_path))
+    v1 = tf.compat.v1.__name__  # tensorflow.compat.v1 (2.15) or tensorflow._api.v2.compat.v1
+    assert events == [{"script_tf": v1, "model_tf": v1, "package_tf": "tensorflow",
+                       "eager": False, "kernel": [0.0, 0.0]}]
+
+
+def test_tf1_mode_names_tensorflow_contrib_as_not_mapped(tmp_path):
+    script = tmp_path / "uses_contrib.py"
+    script.write_text("import tensorflow as tf\nimport tensorflow.contrib.slim as slim\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(script)], env=env, cwd=str(tmp_path), capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode != 0
+    assert "tensorflow.contrib.slim: tensorflow.contrib was removed in TensorFlow 2" \
+        in result.stderr

@@ -15,7 +15,8 @@ name) or raising an error that says it is not emulated:
   ``npu_graph_options``, ``npu_optimizer_options``, ``npu_hooks_append``,
   ``set_keras_session_npu_config``, ``init_resource``/``shutdown_resource``, ``close_session``,
   ``npu_keras_optimizer``, ``npu_tf_optimizer``, ``npu_clear_session``;
-* TensorFlow's ``config_pb2``, ``rewriter_config_pb2``, ``RewriterConfig``, ``session`` and ``os``.
+* TensorFlow's ``config_pb2``, ``rewriter_config_pb2``, ``RewriterConfig``, ``session``,
+  ``session_run_hook`` and ``os``.
 
 **``tf``**: the adapter's npu_init also hands out ``tf`` (TF 1.15 on the device). On TF 2.x the
 importing script's own ``tf`` is kept: a star import after ``import tensorflow.compat.v1 as tf``
@@ -28,6 +29,7 @@ import tensorflow as _tf
 from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2  # noqa: F401
 from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
 from tensorflow.python.client import session  # noqa: F401
+from tensorflow.python.training import session_run_hook  # noqa: F401
 
 from npu_loss_scale.ascend import precision as _precision
 from npu_bridge._ranks import (get_local_rank_id, get_local_rank_size, get_rank_id,  # noqa: F401

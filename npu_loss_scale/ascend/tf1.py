@@ -1,0 +1,91 @@
+"""TF1 mode of ``python -m npu_loss_scale.emulate --tf1``: the user's ``tensorflow`` is TF 1.x.
+
+Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: ``tf.flags``,
+``tf.app.run``, ``tf.logging``, ``tf.placeholder``, ``tf.Session``, subclasses of
+``tf.train.Optimizer``. On TF 2.x those live in ``tf.compat.v1``. In TF1 mode:
+
+* v2 behaviour is turned off (``tf.compat.v1.disable_v2_behavior()``: graph mode, v1 variables,
+  v1 control flow), as in TF 1.15;
+* ``import tensorflow as tf`` and ``from tensorflow import x`` *in the user's own files* (the
+  script's folder and below) give ``tensorflow.compat.v1``; imports by this package, TensorFlow
+  itself and third-party libraries are left alone (they get TF 2.x, which they need);
+* ``import tensorflow.compat.v1 as tf`` keeps working, and ``tensorflow.contrib`` (gone in TF 2.x)
+  raises an error naming the module and saying it is not mapped yet.
+
+What is not done yet: ``tensorflow.contrib`` mappings (``slim`` to ``tf_slim``, ``rnn``,
+``layers``, ...), ``tensorflow.examples.tutorials.mnist``, moved ``tensorflow.python.keras``
+paths and TF 2.6 ``keras.*`` locations.
+"""
+import builtins
+import os
+import sys
+
+_state = {}
+
+
+def _is_user_file(path, roots):
+    if not path:
+        return False
+    path = os.path.abspath(path)
+    if any(part in path.split(os.sep) for part in ("site-packages", "dist-packages")):
+        return False
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if path.startswith(package_dir + os.sep):
+        return False
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+
+_CONTRIB = ("%s: tensorflow.contrib was removed in TensorFlow 2 and the TF1 mode of "
+            "npu_loss_scale.emulate does not map it yet")
+
+
+class _ContribFinder:
+    """``tensorflow.contrib`` does not exist on TF 2.x: say so by name (last on meta_path)."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):  # pylint: disable=unused-argument
+        if fullname == "tensorflow.contrib" or fullname.startswith("tensorflow.contrib."):
+            raise ModuleNotFoundError(_CONTRIB % fullname, name=fullname)
+        return None
+
+
+def enable(user_roots):
+    """Turns TF1 mode on for files under ``user_roots`` (idempotent)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    roots = [os.path.abspath(r) for r in user_roots]
+    tf.compat.v1.disable_v2_behavior()
+    v1 = tf.compat.v1
+    if "import" in _state:
+        _state["roots"][:] = roots
+        return
+    original = builtins.__import__
+    _state["roots"] = roots
+
+    def tf1_import(name, globals=None, locals=None, fromlist=(), level=0):  # pylint: disable=redefined-builtin
+        try:
+            module = original(name, globals, locals, fromlist, level)
+        except ModuleNotFoundError as err:
+            if level == 0 and name.startswith("tensorflow.contrib"):
+                raise ModuleNotFoundError(_CONTRIB % name, name=name) from err
+            raise
+        if level == 0 and name == "tensorflow" and globals is not None \
+                and _is_user_file(globals.get("__file__"), _state["roots"]):
+            return v1
+        return module
+
+    builtins.__import__ = tf1_import
+    _state["import"] = (original, tf1_import)
+    finder = _ContribFinder()
+    sys.meta_path.append(finder)
+    _state["finder"] = finder
+
+
+def disable():
+    """Undoes :func:`enable` (the v2-behaviour switch stays as it is)."""
+    if "import" in _state:
+        original, ours = _state.pop("import")
+        if builtins.__import__ is ours:
+            builtins.__import__ = original
+    finder = _state.pop("finder", None)
+    if finder is not None:
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not finder]
