@@ -316,3 +316,31 @@ def test_tf1_mode_names_tensorflow_contrib_as_not_mapped(tmp_path):
     assert result.returncode != 0
     assert "tensorflow.contrib.slim: tensorflow.contrib was removed in TensorFlow 2" \
         in result.stderr
+
+
+def test_dynamic_rnn_is_the_devices_lstm(shim, graph, session):
+    from npu_bridge.estimator.npu.npu_dynamic_rnn import DynamicRNN  # pylint: disable=import-outside-toplevel
+    rng = np.random.RandomState(0)
+    xs = rng.randn(3, 2, 4).astype(np.float32)       # [T, B, I]
+    lstm = DynamicRNN(hidden_size=5, dtype=tf.float32, forget_bias=1.0)
+    y, h, c, _, _, _, _, _ = lstm(tf.constant(xs), seq_length=tf.constant([3, 2]))
+    grads = tf.gradients(tf.reduce_sum(y), [lstm._w])  # pylint: disable=protected-access
+    session.run(tf.compat.v1.global_variables_initializer())
+    w, b = session.run([lstm._w, lstm._b])  # pylint: disable=protected-access
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    hh, cc = np.zeros((2, 5), np.float32), np.zeros((2, 5), np.float32)
+    want = []
+    for t in range(3):
+        gi, gj, gf, go = np.split(np.concatenate([xs[t], hh], 1) @ w + b, 4, axis=1)
+        c_new = sig(gf + 1.0) * cc + sig(gi) * np.tanh(gj)
+        h_new = sig(go) * np.tanh(c_new)
+        alive = np.array([[t < 3], [t < 2]], np.float32)
+        want.append(alive * h_new)
+        hh, cc = alive * h_new + (1 - alive) * hh, alive * c_new + (1 - alive) * cc
+    got_y, got_h, got_c = session.run([y, h, c])
+    np.testing.assert_allclose(got_y, np.stack(want), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_h[-1], hh, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_c[-1], cc, rtol=1e-5, atol=1e-6)
+    assert np.abs(session.run(grads[0])).sum() > 0
+    with pytest.raises(ValueError, match="DynamicRNN use_peephole must be False"):
+        DynamicRNN(4, tf.float32, use_peephole=True)
