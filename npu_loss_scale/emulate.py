@@ -127,7 +127,7 @@ def uninstall_shim():
             del sys.modules[name]
 
 
-_VALUE_OPTIONS = ("--sat-mode", "--saturate-dtypes", "--precision-mode")
+_VALUE_OPTIONS = ("--sat-mode", "--saturate-dtypes", "--precision-mode", "--ranks")
 
 
 def _split(argv):
@@ -165,6 +165,9 @@ def _parse(argv):
                         help="saturate every float16 op the script builds, as the device does")
     parser.add_argument("--saturate-dtypes", default="float16",
                         help="comma-separated dtypes for --saturate-every-op (default float16)")
+    parser.add_argument("--ranks", type=int, default=None,
+                        help="run the script as N emulated ranks (N processes with RANK_ID, "
+                             "RANK_SIZE, DEVICE_ID set; HCCL over TF collective ops)")
     parser.add_argument("--tf1", action="store_true",
                         help="TF1 mode: the script's own `import tensorflow as tf` gives "
                              "tensorflow.compat.v1 with v2 behaviour off (see "
@@ -189,10 +192,34 @@ def _parse(argv):
     return args
 
 
+def _without_ranks(argv):
+    """``argv`` without emulate's own ``--ranks N`` (the script's arguments are kept as they are)."""
+    own_end = len(argv) - len(_split(argv)[2]) - (0 if _split(argv)[1] is None else 2)
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if i < own_end and token == "--ranks":
+            i += 2
+            continue
+        if i < own_end and token.startswith("--ranks="):
+            i += 1
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
 def main(argv=None):
     """Entry point of ``python -m npu_loss_scale.emulate``; returns the exit code (or raises
     SystemExit as the script does)."""
-    args = _parse(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(argv)
+    if args.ranks is not None and args.ranks < 1:
+        print("%s: --ranks must be an int >= 1; got %d" % (_PROG, args.ranks), file=sys.stderr)
+        return 2
+    if args.ranks is not None and args.ranks > 1:
+        from .ascend import ranks  # pylint: disable=import-outside-toplevel
+        return ranks.launch(args.ranks, _without_ranks(argv))
     if args.sat_mode is not None:
         os.environ["NPU_LOSS_SCALE_SAT_MODE"] = str(args.sat_mode)
 
@@ -216,6 +243,8 @@ def main(argv=None):
         from .ascend import precision  # imports TensorFlow  pylint: disable=import-outside-toplevel
         precision.set_default_precision_mode(args.precision_mode)
         precision.install_session_hook()
+        from .ascend import ranks  # pylint: disable=import-outside-toplevel
+        ranks.join()  # a rank of `--ranks N`: sessions run on this task's server
 
     if args.tf1:
         from .ascend import tf1  # imports TensorFlow  pylint: disable=import-outside-toplevel

@@ -344,3 +344,28 @@ def test_dynamic_rnn_is_the_devices_lstm(shim, graph, session):
     assert np.abs(session.run(grads[0])).sum() > 0
     with pytest.raises(ValueError, match="DynamicRNN use_peephole must be False"):
         DynamicRNN(4, tf.float32, use_peephole=True)
+
+
+# -- N emulated ranks ----------------------------------------------------------------------------------
+TWO_RANK_SCRIPT = os.path.join(HERE, "scripts", "ascend_two_rank_hccl.py")
+
+
+@pytest.mark.distributed
+def test_two_emulated_ranks_run_hccl_over_collectives_and_agree_on_overflow(tmp_path):
+    """Rank 1's gradient (2 * 2**15) overflows float16, rank 0's does not: both skip step 1.
+    Averaged gradient (1 + 2) / 2 = 1.5, two applied steps of lr 0.125: kernel 1 - 0.375."""
+    events = _run(["--ranks", "2", TWO_RANK_SCRIPT], str(tmp_path))
+    by_rank = {r: [e for e in events if e["rank"] == r] for r in (0, 1)}
+    for rank, mine in by_rank.items():
+        assert mine[0] == {"event": "collectives", "rank": rank, "size": 2, "summed": 3.0,
+                           "root": 10.0, "kernel0": 1.0}
+        steps = [(e["scale_before"], e["global_step"]) for e in mine if e["event"] == "step"]
+        assert steps == [(32768.0, 0), (16384.0, 1), (16384.0, 2)]
+        assert mine[-1]["kernel"] == [0.625, 0.625]
+
+
+def test_ranks_option_is_checked(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--ranks", "0",
+                             TWO_RANK_SCRIPT], capture_output=True, text=True, timeout=120,
+                            check=False, cwd=str(tmp_path))
+    assert result.returncode == 2 and "--ranks must be an int >= 1; got 0" in result.stderr

@@ -6,17 +6,25 @@ from npu_bridge._shim import module_getattr as _module_getattr
 
 
 class NPUBroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
-    """Broadcasts rank ``root_rank``'s variables after initialisation: a no-op with one rank.
-
-    With RANK_SIZE > 1 it raises NotImplementedError when the session starts (no HCCL on CPU).
-    """
+    """Broadcasts rank ``root_rank``'s global variables once the session is created (a no-op
+    with one rank; ``hccl_ops.broadcast`` in a ``--ranks N`` run)."""
 
     def __init__(self, root_rank=None, index=None):
         self.root_rank = 0 if root_rank is None else root_rank
         self.index = index
+        self._op = None
 
     def begin(self):
-        _ranks.require_single_rank("NPUBroadcastGlobalVariablesHook")
+        if _ranks.rank_size() <= 1:
+            return
+        from npu_bridge.hccl import hccl_ops  # pylint: disable=import-outside-toplevel
+        variables = tf.compat.v1.global_variables()
+        values = hccl_ops.broadcast(list(variables), self.root_rank)
+        self._op = tf.group(*[v.assign(x) for v, x in zip(variables, values)])
+
+    def after_create_session(self, session, coord):
+        if self._op is not None:
+            session.run(self._op)
 
 
 class NPUCheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):

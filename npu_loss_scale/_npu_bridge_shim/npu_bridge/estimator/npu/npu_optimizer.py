@@ -13,12 +13,17 @@ from npu_bridge.hccl import hccl_ops
 
 def allreduce(tensor, average=True):
     """Sum (``average=False``) or mean over the ranks of a tensor or IndexedSlices."""
-    del average  # one rank: the sum and the mean are the tensor itself
+    size = _ranks.rank_size()
     if isinstance(tensor, tf.IndexedSlices):
-        return tf.IndexedSlices(hccl_ops.allgather(tensor.values, _ranks.rank_size()),
-                                hccl_ops.allgather(tensor.indices, _ranks.rank_size()),
+        values = hccl_ops.allgather(tensor.values, size)
+        if average and size > 1:
+            values = values / tf.cast(size, values.dtype)
+        return tf.IndexedSlices(values, hccl_ops.allgather(tensor.indices, size),
                                 dense_shape=tensor.dense_shape)
-    return hccl_ops.allreduce(tensor, "sum")
+    summed = hccl_ops.allreduce(tensor, "sum")
+    if average and size > 1:
+        summed = summed / tf.cast(size, summed.dtype)
+    return summed
 
 
 npu_allreduce = allreduce
@@ -27,7 +32,8 @@ npu_allreduce = allreduce
 class NPUDistributedOptimizer(tf.compat.v1.train.Optimizer):
     """Gradient all-reduce over the ranks: with the single emulated rank, the inner optimizer.
 
-    Raises NotImplementedError when gradients are computed with RANK_SIZE > 1 (no HCCL on CPU).
+    With RANK_SIZE > 1 the gradients are averaged with ``hccl_ops.allreduce`` (TF collective ops
+    in a ``--ranks N`` run; NotImplementedError without one).
     """
 
     def __init__(self, optimizer, is_weight_update_sharding=False, name=None):
@@ -39,8 +45,11 @@ class NPUDistributedOptimizer(tf.compat.v1.train.Optimizer):
         self.is_weight_update_sharding = bool(is_weight_update_sharding)
 
     def compute_gradients(self, *args, **kwargs):
-        _ranks.require_single_rank("NPUDistributedOptimizer")
-        return self._optimizer.compute_gradients(*args, **kwargs)
+        gradients = self._optimizer.compute_gradients(*args, **kwargs)
+        if _ranks.rank_size() <= 1:
+            return gradients
+        with tf.name_scope(self.get_name() + "_Allreduce"):
+            return [(None if g is None else allreduce(g, True), v) for g, v in gradients]
 
     def apply_gradients(self, *args, **kwargs):
         return self._optimizer.apply_gradients(*args, **kwargs)
