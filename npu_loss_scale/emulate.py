@@ -50,7 +50,7 @@ import runpy
 import sys
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_npu_bridge_shim")
-SHIM_PACKAGES = ("npu_bridge", "hccl")
+SHIM_PACKAGES = ("npu_bridge", "hccl", "npu_device")
 _PROG = "python -m npu_loss_scale.emulate"
 
 
@@ -76,7 +76,7 @@ def real_npu_bridge_origin():
     return spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
 
 
-NOT_EMULATED_TOPS = SHIM_PACKAGES + ("npu_device",)
+NOT_EMULATED_TOPS = SHIM_PACKAGES
 
 
 class _NotEmulatedFinder:
@@ -91,12 +91,8 @@ class _NotEmulatedFinder:
         top = fullname.split(".", 1)[0]
         if top not in NOT_EMULATED_TOPS:
             return None
-        if top == "npu_device":
-            what = ("npu_device (Ascend's TF2 adapter) is not emulated on CPU by npu_loss_scale "
-                    "yet (module %s); run the TF1 npu_bridge form of the script" % fullname)
-        else:
-            what = ("%s is not emulated on CPU by npu_loss_scale (python -m "
-                    "npu_loss_scale.emulate); nothing stands in for it" % fullname)
+        what = ("%s is not emulated on CPU by npu_loss_scale (python -m "
+                "npu_loss_scale.emulate); nothing stands in for it" % fullname)
         raise ModuleNotFoundError(what, name=fullname)
 
 

@@ -38,11 +38,11 @@ def _drop_modules(*tops):
 def shim(monkeypatch):
     monkeypatch.delenv("RANK_SIZE", raising=False)
     monkeypatch.delenv("RANK_ID", raising=False)
-    _drop_modules("npu_bridge", "hccl")
+    _drop_modules("npu_bridge", "hccl", "npu_device")
     assert emulate.install_shim()
     yield
     emulate.uninstall_shim()
-    _drop_modules("npu_bridge", "hccl")
+    _drop_modules("npu_bridge", "hccl", "npu_device")
     precision.uninstall_session_hook()
     loops.uninstall_run_hook()
 
@@ -369,3 +369,30 @@ def test_ranks_option_is_checked(tmp_path):
                              TWO_RANK_SCRIPT], capture_output=True, text=True, timeout=120,
                             check=False, cwd=str(tmp_path))
     assert result.returncode == 2 and "--ranks must be an int >= 1; got 0" in result.stderr
+
+
+# -- npu_device (TF2 adapter) ------------------------------------------------------------------------
+def test_npu_device_options_are_validated_recorded_and_open_applies_precision(shim):
+    import npu_device  # pylint: disable=import-outside-toplevel
+    options = npu_device.global_options()
+    options.precision_mode = "allow_mix_precision"
+    options.dump_config.enable_dump = True
+    options.experimental.multi_branches_config.input_shape = "data:-1,3"
+    assert options.recorded == {"precision_mode": "allow_mix_precision"}
+    assert options.dump_config.recorded == {"enable_dump": True}
+    with pytest.raises(AttributeError, match="has no option 'precison_mode'"):
+        options.precison_mode = "force_fp16"
+    with pytest.raises(ValueError, match="precision_mode must be one of"):
+        options.precision_mode = "fp8"
+    with pytest.warns(RuntimeWarning, match="applied to tf.compat.v1 sessions only"):
+        device = npu_device.open().as_default()
+    assert npu_device.global_npu_ctx() is device
+    assert precision._default_mode[0] == "allow_mix_precision"  # pylint: disable=protected-access
+    precision.set_default_precision_mode(None)
+    dataset = tf.data.Dataset.range(4)
+    assert npu_device.distribute.shard_and_rebatch_dataset(dataset, 8) == (dataset, 8)
+    assert npu_device.distribute.all_reduce([tf.constant(2.0)], "mean")[0].numpy() == 2.0
+    with pytest.raises(ImportError, match=r"npu_device\.train\.optimizer is not emulated"):
+        exec("from npu_device.train.optimizer import NpuLossScaleOptimizer", {})  # pylint: disable=exec-used
+    from npu_device.compat.v1.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
+    assert npu_config_proto().allow_soft_placement
