@@ -92,9 +92,9 @@ def test_missing_names_raise_an_error_that_names_them(shim):
         npu_ops.lars_v2  # pylint: disable=pointless-statement
     with pytest.raises(ImportError, match=r"npu_ops\.fused_thing is not emulated"):
         exec("from npu_bridge.estimator.npu_ops import fused_thing", {})  # pylint: disable=exec-used
-    with pytest.raises(ModuleNotFoundError, match=r"npu_bridge\.estimator\.npu\.npu_dynamic_rnn "
+    with pytest.raises(ModuleNotFoundError, match=r"npu_bridge\.estimator\.npu\.npu_strategy "
                                                   r"is not emulated"):
-        exec("from npu_bridge.estimator.npu.npu_dynamic_rnn import DynamicRNN", {})  # pylint: disable=exec-used
+        exec("from npu_bridge.estimator.npu.npu_strategy import NPUStrategy", {})  # pylint: disable=exec-used
     assert not hasattr(npu_ops, "__wrapped__")  # dunder look-ups stay plain AttributeErrors
 
 

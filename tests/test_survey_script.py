@@ -50,7 +50,7 @@ def corpus(tmp_path):
     # model 2: a name the shim lacks (a module of the adapter not emulated), and Python 2 code
     _write(root, "TensorFlow/nlp/Tacotron_ID0002_for_TensorFlow/train.py", """
         from npu_bridge.estimator.npu.npu_loss_scale_manager import ExponentialUpdateLossScaleManager
-        from npu_bridge.estimator.npu.npu_dynamic_rnn import DynamicRNN
+        from npu_bridge.estimator.npu.npu_strategy import NPUStrategy
         from npu_bridge.hccl import hccl_ops
         hccl_ops.broadcast([v], 0)
         """)
@@ -85,7 +85,7 @@ def test_survey_ranks_names_by_model_directories_and_measures_coverage(corpus):
         npu + "npu_config.NPURunConfig": (1, True),
         "npu_bridge.estimator.npu_unary_ops.npu_unary_ops": (1, True),
         "npu_bridge.estimator.npu_unary_ops.npu_unary_ops.gelu": (1, True),
-        npu + "npu_dynamic_rnn.DynamicRNN": (1, False),
+        npu + "npu_strategy.NPUStrategy": (1, False),
         "npu_bridge.hccl.hccl_ops": (1, True),
         "npu_bridge.hccl.hccl_ops.broadcast": (1, True),
     }
@@ -94,7 +94,7 @@ def test_survey_ranks_names_by_model_directories_and_measures_coverage(corpus):
     assert missing == {
         os.path.join("TensorFlow", "cv", "ResNet_ID0001_for_TensorFlow"): [],
         os.path.join("TensorFlow", "nlp", "Tacotron_ID0002_for_TensorFlow"):
-            [npu + "npu_dynamic_rnn.DynamicRNN"],
+            [npu + "npu_strategy.NPUStrategy"],
     }
 
 
@@ -115,7 +115,7 @@ def test_survey_command_prints_the_table_and_coverage(corpus, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "coverage: the shim provides every npu_bridge/npu_device/hccl name used in 1 of 2 " \
            "model directories (50%)" in result.stdout
-    assert "npu_dynamic_rnn.DynamicRNN" in result.stdout and out.exists()
+    assert "npu_strategy.NPUStrategy" in result.stdout and out.exists()
     bad = subprocess.run([sys.executable, SURVEY, str(tmp_path / "nowhere")], env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "CORPUS_DIR must be an existing folder" in bad.stderr
