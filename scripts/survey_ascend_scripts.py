@@ -8,7 +8,8 @@ Usage::
 ModelZoo-TensorFlow (nothing of it belongs in this repository). The survey
 
 1. finds the *loss-scale files*: Python files whose code names ``NPULossScaleOptimizer``,
-   ``NpuLossScaleOptimizer`` or a loss-scale manager (``*LossScaleManager``);
+   ``NpuLossScaleOptimizer`` or a loss-scale manager (``*LossScaleManager``), MindSpore files
+   (which have managers of the same names) excepted;
 2. groups them by *model directory*: the nearest folder holding ``modelzoo_level.txt``, else the
    nearest folder named as ModelZoo names models (``..._ID1234_...`` or ``..._for_TensorFlow``),
    else the nearest folder with a README/LICENSE/requirements file, else the file's own folder;
@@ -37,6 +38,7 @@ import sys
 
 NPU_TOPS = ("npu_bridge", "npu_device", "hccl")
 LOSS_SCALE_RE = re.compile(r"\b(NPULossScaleOptimizer|NpuLossScaleOptimizer|\w*LossScaleManager)\b")
+MINDSPORE_RE = re.compile(r"^\s*(import|from)\s+mindspore\b", re.M)
 MODEL_DIR_NAME_RE = re.compile(r"(_ID\d{3,5}|_for_(tensorflow|acl))", re.I)
 MODEL_DIR_MARKERS = ("README.md", "LICENSE", "requirements.txt")
 
@@ -272,6 +274,8 @@ def _is_loss_scale_file(path):
     except OSError:
         return False
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    if MINDSPORE_RE.search(code):
+        return False  # MindSpore has managers of the same names: not a TensorFlow script
     return bool(LOSS_SCALE_RE.search(code))
 
 

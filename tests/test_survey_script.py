@@ -119,3 +119,13 @@ def test_survey_command_prints_the_table_and_coverage(corpus, tmp_path):
     bad = subprocess.run([sys.executable, SURVEY, str(tmp_path / "nowhere")], env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "CORPUS_DIR must be an existing folder" in bad.stderr
+
+
+def test_mindspore_scripts_are_not_tensorflow_loss_scale_files(tmp_path):
+    root = str(tmp_path / "zoo")
+    _write(root, "TensorFlow/audio/Tagger_for_TensorFlow/train.py", """
+        from mindspore.train.loss_scale_manager import FixedLossScaleManager
+        manager = FixedLossScaleManager(1024)
+        """)
+    result = _load().survey(root, provides=lambda name: True)
+    assert (result["loss_scale_files"], result["model_dirs"]) == (0, 0)
