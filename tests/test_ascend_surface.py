@@ -396,3 +396,27 @@ def test_npu_device_options_are_validated_recorded_and_open_applies_precision(sh
         exec("from npu_device.train.optimizer import NpuLossScaleOptimizer", {})  # pylint: disable=exec-used
     from npu_device.compat.v1.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
     assert npu_config_proto().allow_soft_placement
+
+
+def test_tf1_contrib_pieces_map_to_tf2_equivalents(graph, session):
+    from npu_loss_scale.ascend.tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
+    c = contrib()
+    ds = tf.data.Dataset.range(10).apply(c.data.map_and_batch(lambda x: x * 2, 4,
+                                                              drop_remainder=True))
+    first = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+    inter = tf.data.Dataset.range(2).apply(c.data.parallel_interleave(
+        lambda x: tf.data.Dataset.from_tensors(x).repeat(2), cycle_length=2))
+    inter_all = tf.compat.v1.data.make_one_shot_iterator(inter.batch(4)).get_next()
+    ln = c.layers.layer_norm(tf.constant([[1.0, 2.0, 3.0]]))
+    reg = c.layers.l2_regularizer(0.5)(tf.constant([2.0]))
+    w = tf.compat.v1.get_variable("w", [30, 40], initializer=c.layers.xavier_initializer())
+    session.run(tf.compat.v1.global_variables_initializer())
+    assert session.run(first).tolist() == [0, 2, 4, 6]
+    assert sorted(session.run(inter_all).tolist()) == [0, 0, 1, 1]
+    np.testing.assert_allclose(session.run(ln), [[-1.2247449, 0.0, 1.2247449]], rtol=1e-5)
+    assert session.run(reg) == 1.0
+    assert np.abs(session.run(w)).max() <= np.sqrt(6.0 / 70.0)
+    assert [v.name for v in tf.compat.v1.global_variables()][:2] == ["LayerNorm/beta:0",
+                                                                     "LayerNorm/gamma:0"]
+    with pytest.raises(AttributeError, match="tf.contrib.tpu is not mapped"):
+        c.tpu  # pylint: disable=pointless-statement

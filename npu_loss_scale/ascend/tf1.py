@@ -9,12 +9,16 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
 * ``import tensorflow as tf`` and ``from tensorflow import x`` *in the user's own files* (the
   script's folder and below) give ``tensorflow.compat.v1``; imports by this package, TensorFlow
   itself and third-party libraries are left alone (they get TF 2.x, which they need);
-* ``import tensorflow.compat.v1 as tf`` keeps working, and ``tensorflow.contrib`` (gone in TF 2.x)
-  raises an error naming the module and saying it is not mapped yet.
+* ``import tensorflow.compat.v1 as tf`` keeps working;
+* ``tf.contrib.*`` (gone in TF 2.x) gives the pieces the corpus uses most, mapped to TF 2.x (see
+  :mod:`npu_loss_scale.ascend.tf1_contrib`: ``data.map_and_batch``, ``data.parallel_interleave``,
+  ``data.AUTOTUNE``, ``layers.xavier_initializer``, ``layers.variance_scaling_initializer``,
+  ``layers.l2_regularizer``, ``layers.layer_norm``, ``slim`` through ``tf_slim`` when installed);
+  other names, and ``import tensorflow.contrib...`` statements, raise an error naming them.
 
-What is not done yet: ``tensorflow.contrib`` mappings (``slim`` to ``tf_slim``, ``rnn``,
-``layers``, ...), ``tensorflow.examples.tutorials.mnist``, moved ``tensorflow.python.keras``
-paths and TF 2.6 ``keras.*`` locations.
+What is not done yet: ``import tensorflow.contrib.x`` module paths, ``rnn``/``tpu``/``training``
+contrib pieces, ``tensorflow.examples.tutorials.mnist``, moved ``tensorflow.python.keras`` paths
+and TF 2.6 ``keras.*`` locations.
 """
 import builtins
 import os
@@ -55,6 +59,9 @@ def enable(user_roots):
     roots = [os.path.abspath(r) for r in user_roots]
     tf.compat.v1.disable_v2_behavior()
     v1 = tf.compat.v1
+    if not hasattr(v1, "contrib"):
+        from .tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
+        v1.contrib = contrib()  # only code that already runs as TF1 reaches tf.compat.v1.contrib
     if "import" in _state:
         _state["roots"][:] = roots
         return
