@@ -306,13 +306,18 @@ def test_tf1_mode_gives_the_users_files_tf1_and_the_package_tf2(tmp_path):
                        "eager": False, "kernel": [0.0, 0.0]}]
 
 
-def test_tf1_mode_names_tensorflow_contrib_as_not_mapped(tmp_path):
+def test_tf1_mode_provides_tf1_mnist_and_names_tensorflow_contrib_imports_as_not_mapped(
+        tmp_path):
     script = tmp_path / "uses_contrib.py"
-    script.write_text("import tensorflow as tf\nimport tensorflow.contrib.slim as slim\n")
+    script.write_text("import tensorflow as tf\n"
+                      "from tensorflow.examples.tutorials.mnist import input_data\n"
+                      "print(input_data.read_data_sets.__module__)\n"
+                      "import tensorflow.contrib.slim as slim\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
                              str(script)], env=env, cwd=str(tmp_path), capture_output=True,
                             text=True, timeout=300, check=False)
+    assert result.stdout.strip() == "npu_loss_scale.ascend.tf1_mnist"
     assert result.returncode != 0
     assert "tensorflow.contrib.slim: tensorflow.contrib was removed in TensorFlow 2" \
         in result.stderr
@@ -420,3 +425,31 @@ def test_tf1_contrib_pieces_map_to_tf2_equivalents(graph, session):
                                                                      "LayerNorm/gamma:0"]
     with pytest.raises(AttributeError, match="tf.contrib.tpu is not mapped"):
         c.tpu  # pylint: disable=pointless-statement
+
+
+def test_tf1_mnist_reads_the_files_a_script_points_it_at(tmp_path):
+    import gzip  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.ascend import tf1_mnist  # pylint: disable=import-outside-toplevel
+    rng = np.random.RandomState(0)
+
+    def write(name, array, magic):
+        with gzip.open(str(tmp_path / name), "wb") as handle:
+            handle.write(magic.to_bytes(4, "big")
+                         + b"".join(d.to_bytes(4, "big") for d in array.shape)
+                         + array.astype(np.uint8).tobytes())
+
+    for prefix, n in (("train", 30), ("t10k", 10)):
+        write(prefix + "-images-idx3-ubyte.gz", rng.randint(0, 256, (n, 28, 28)), 2051)
+        write(prefix + "-labels-idx1-ubyte.gz", np.arange(n) % 10, 2049)
+    data = tf1_mnist.read_data_sets(str(tmp_path), one_hot=True, validation_size=5, seed=1)
+    assert (data.train.num_examples, data.validation.num_examples, data.test.num_examples) == \
+        (25, 5, 10)
+    images, labels = data.train.next_batch(20)
+    assert images.shape == (20, 784) and 0.0 <= images.min() and images.max() <= 1.0
+    assert labels.shape == (20, 10) and (labels.sum(axis=1) == 1).all()
+    images, _ = data.train.next_batch(20)            # crosses the epoch boundary
+    assert images.shape == (20, 784) and data.train.epochs_completed == 1
+    assert data.test.labels.argmax(axis=1).tolist() == list(range(10))
+    with pytest.raises(FileNotFoundError, match="t10k-images-idx3-ubyte.gz"):
+        (tmp_path / "t10k-images-idx3-ubyte.gz").unlink()
+        tf1_mnist.read_data_sets(str(tmp_path))

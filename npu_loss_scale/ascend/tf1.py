@@ -16,9 +16,11 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   ``layers.l2_regularizer``, ``layers.layer_norm``, ``slim`` through ``tf_slim`` when installed);
   other names, and ``import tensorflow.contrib...`` statements, raise an error naming them.
 
+* ``tensorflow.examples.tutorials.mnist.input_data`` reads the MNIST files a script points it at
+  (:mod:`npu_loss_scale.ascend.tf1_mnist`).
+
 What is not done yet: ``import tensorflow.contrib.x`` module paths, ``rnn``/``tpu``/``training``
-contrib pieces, ``tensorflow.examples.tutorials.mnist``, moved ``tensorflow.python.keras`` paths
-and TF 2.6 ``keras.*`` locations.
+contrib pieces, moved ``tensorflow.python.keras`` paths and TF 2.6 ``keras.*`` locations.
 """
 import builtins
 import os
@@ -43,14 +45,40 @@ _CONTRIB = ("%s: tensorflow.contrib was removed in TensorFlow 2 and the TF1 mode
             "npu_loss_scale.emulate does not map it yet")
 
 
+_MNIST_PACKAGES = ("tensorflow.examples", "tensorflow.examples.tutorials",
+                   "tensorflow.examples.tutorials.mnist")
+_MNIST_MODULE = "tensorflow.examples.tutorials.mnist.input_data"
+
+
 class _ContribFinder:
-    """``tensorflow.contrib`` does not exist on TF 2.x: say so by name (last on meta_path)."""
+    """Last on meta_path, for TF 1.15 modules TF 2.x lacks: ``tensorflow.contrib`` is named as
+    not mapped; ``tensorflow.examples.tutorials.mnist.input_data`` is
+    :mod:`npu_loss_scale.ascend.tf1_mnist` (a real one, found first, wins)."""
 
     @staticmethod
     def find_spec(fullname, path=None, target=None):  # pylint: disable=unused-argument
+        import importlib.machinery  # pylint: disable=import-outside-toplevel
         if fullname == "tensorflow.contrib" or fullname.startswith("tensorflow.contrib."):
             raise ModuleNotFoundError(_CONTRIB % fullname, name=fullname)
+        if fullname in _MNIST_PACKAGES:
+            return importlib.machinery.ModuleSpec(fullname, _MnistLoader(), is_package=True)
+        if fullname == _MNIST_MODULE:
+            return importlib.machinery.ModuleSpec(fullname, _MnistLoader())
         return None
+
+
+class _MnistLoader:
+    @staticmethod
+    def create_module(spec):
+        if spec.name == _MNIST_MODULE:
+            from . import tf1_mnist  # pylint: disable=import-outside-toplevel
+            return tf1_mnist
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        if module.__name__ != _MNIST_MODULE and not hasattr(module, "__path__"):
+            module.__path__ = []
 
 
 def enable(user_roots):
