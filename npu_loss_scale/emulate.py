@@ -18,6 +18,13 @@ Options (before the script):
     IEEE inf/NaN, which the emulation backend detects as well.
 ``--saturate-dtypes float16[,float32...]``
     The dtypes ``--saturate-every-op`` saturates (default: float16).
+``--precision-mode MODE``
+    The device's ``precision_mode`` for sessions whose config sets none (a config's
+    ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is always
+    honoured); see :mod:`npu_loss_scale.ascend.precision`.
+``--tf1``
+    TF1 mode: ``import tensorflow as tf`` in the script's own files gives TF1 behaviour; see
+    :mod:`npu_loss_scale.ascend.tf1`.
 
 When no real ``npu_bridge`` is importable, the folder of the CPU shim (package
 ``npu_bridge``, and ``hccl`` for its rank helpers) is appended to the *end* of ``sys.path``, so
@@ -43,7 +50,7 @@ import runpy
 import sys
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_npu_bridge_shim")
-SHIM_PACKAGES = ("npu_bridge", "hccl")
+SHIM_PACKAGES = ("npu_bridge", "hccl", "npu_device")
 _PROG = "python -m npu_loss_scale.emulate"
 
 
@@ -69,6 +76,29 @@ def real_npu_bridge_origin():
     return spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
 
 
+NOT_EMULATED_TOPS = SHIM_PACKAGES
+
+
+class _NotEmulatedFinder:
+    """Last on ``sys.meta_path``: an Ascend module no finder found is "not emulated", by name.
+
+    Being last, it only answers for modules nothing else provides, so it never hides a real
+    ``npu_device`` or a real module of the shim.
+    """
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):  # pylint: disable=unused-argument
+        top = fullname.split(".", 1)[0]
+        if top not in NOT_EMULATED_TOPS:
+            return None
+        what = ("%s is not emulated on CPU by npu_loss_scale (python -m "
+                "npu_loss_scale.emulate); nothing stands in for it" % fullname)
+        raise ModuleNotFoundError(what, name=fullname)
+
+
+_FINDER = _NotEmulatedFinder()
+
+
 def install_shim():
     """Makes ``npu_bridge`` resolve to the CPU shim unless a real one is importable.
 
@@ -78,19 +108,22 @@ def install_shim():
         return False
     if SHIM_DIR not in sys.path:
         sys.path.append(SHIM_DIR)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.append(_FINDER)
     return True
 
 
 def uninstall_shim():
     """Undoes :func:`install_shim`: the shim folder leaves ``sys.path``, its modules ``sys.modules``."""
     sys.path[:] = [p for p in sys.path if p != SHIM_DIR]
+    sys.meta_path[:] = [f for f in sys.meta_path if f is not _FINDER]
     for name in list(sys.modules):
         top = name.split(".", 1)[0]
         if top in SHIM_PACKAGES and _is_shim_module(sys.modules.get(top)):
             del sys.modules[name]
 
 
-_VALUE_OPTIONS = ("--sat-mode", "--saturate-dtypes")
+_VALUE_OPTIONS = ("--sat-mode", "--saturate-dtypes", "--precision-mode", "--ranks")
 
 
 def _split(argv):
@@ -128,7 +161,23 @@ def _parse(argv):
                         help="saturate every float16 op the script builds, as the device does")
     parser.add_argument("--saturate-dtypes", default="float16",
                         help="comma-separated dtypes for --saturate-every-op (default float16)")
+    parser.add_argument("--ranks", type=int, default=None,
+                        help="run the script as N emulated ranks (N processes with RANK_ID, "
+                             "RANK_SIZE, DEVICE_ID set; HCCL over TF collective ops)")
+    parser.add_argument("--tf1", action="store_true",
+                        help="TF1 mode: the script's own `import tensorflow as tf` gives "
+                             "tensorflow.compat.v1 with v2 behaviour off (see "
+                             "npu_loss_scale.ascend.tf1)")
+    parser.add_argument("--precision-mode", default=None,
+                        help="precision_mode for sessions whose config sets none (the device's "
+                             "training default is allow_fp32_to_fp16; default here: none, "
+                             "float32 as written)")
     args = parser.parse_args(own)
+    if args.precision_mode is not None:
+        from .ascend.precision import PRECISION_MODES  # pylint: disable=import-outside-toplevel
+        if args.precision_mode not in PRECISION_MODES:
+            parser.error("--precision-mode must be one of %s; got %r"
+                         % (", ".join(PRECISION_MODES), args.precision_mode))
     args.module = module
     if module is None:
         if not target:
@@ -139,10 +188,34 @@ def _parse(argv):
     return args
 
 
+def _without_ranks(argv):
+    """``argv`` without emulate's own ``--ranks N`` (the script's arguments are kept as they are)."""
+    own_end = len(argv) - len(_split(argv)[2]) - (0 if _split(argv)[1] is None else 2)
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if i < own_end and token == "--ranks":
+            i += 2
+            continue
+        if i < own_end and token.startswith("--ranks="):
+            i += 1
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
 def main(argv=None):
     """Entry point of ``python -m npu_loss_scale.emulate``; returns the exit code (or raises
     SystemExit as the script does)."""
-    args = _parse(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(argv)
+    if args.ranks is not None and args.ranks < 1:
+        print("%s: --ranks must be an int >= 1; got %d" % (_PROG, args.ranks), file=sys.stderr)
+        return 2
+    if args.ranks is not None and args.ranks > 1:
+        from .ascend import ranks  # pylint: disable=import-outside-toplevel
+        return ranks.launch(args.ranks, _without_ranks(argv))
     if args.sat_mode is not None:
         os.environ["NPU_LOSS_SCALE_SAT_MODE"] = str(args.sat_mode)
 
@@ -157,9 +230,21 @@ def main(argv=None):
         sys.argv = [args.module] + args.script_args
         sys.path[0] = os.getcwd()  # as `python -m module` does
 
-    if not install_shim():
+    shim_in_use = install_shim()
+    if not shim_in_use:
         print("%s: using the real npu_bridge at %s; the CPU shim is not installed"
               % (_PROG, real_npu_bridge_origin()), file=sys.stderr)
+
+    if shim_in_use:  # the device applies precision_mode itself; the emulation does it on CPU
+        from .ascend import precision  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        precision.set_default_precision_mode(args.precision_mode)
+        precision.install_session_hook()
+        from .ascend import ranks  # pylint: disable=import-outside-toplevel
+        ranks.join()  # a rank of `--ranks N`: sessions run on this task's server
+
+    if args.tf1:
+        from .ascend import tf1  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        tf1.enable([sys.path[0]])
 
     if args.saturate_every_op:
         from . import saturation  # imports TensorFlow

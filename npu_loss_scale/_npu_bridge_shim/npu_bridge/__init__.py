@@ -19,3 +19,7 @@ is marked as a shim, so :func:`npu_loss_scale.detection.get_backend_name` keeps 
 ``emulation`` backend. It never takes the place of a real npu_bridge.
 """
 __npu_loss_scale_shim__ = True
+
+from npu_bridge._shim import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr(__name__, package=True)

@@ -32,10 +32,10 @@ def require_single_rank(what):
     size = rank_size()
     if size > 1:
         raise NotImplementedError(
-            "%s: RANK_SIZE=%d, but the CPU emulation of npu_bridge has no HCCL and runs a single "
-            "rank. Run with RANK_SIZE=1, or use Horovod or a tf.distribute strategy for several "
-            "processes (npu_loss_scale.NPULossScaleOptimizer agrees on overflow through them)."
-            % (what, size))
+            "%s: RANK_SIZE=%d, but this process is not one of the ranks of `python -m "
+            "npu_loss_scale.emulate --ranks N`, so the CPU emulation of HCCL runs a single rank "
+            "only. Start the script with --ranks %d, or run with RANK_SIZE=1."
+            % (what, size, size))
 
 
 # The hccl.manage.api / npu_init spellings (the group argument is accepted and ignored).

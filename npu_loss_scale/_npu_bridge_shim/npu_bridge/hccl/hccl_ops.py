@@ -1,26 +1,108 @@
-"""Shim of ``npu_bridge.hccl.hccl_ops`` for a single emulated rank."""
+"""Shim of ``npu_bridge.hccl.hccl_ops``: HCCL collectives on CPU.
+
+With one rank (RANK_SIZE unset or 1) every collective is what the device computes for one rank:
+the identity (all-reduce, broadcast, all-gather and reduce-scatter of one rank's tensor are that
+tensor). In a rank of ``python -m npu_loss_scale.emulate --ranks N`` they are TensorFlow
+collective ops across the N processes (graph mode; build them in the same order on every rank,
+as HCCL requires too). With RANK_SIZE > 1 and no such group, NotImplementedError.
+"""
 import tensorflow as tf
 
 from npu_bridge import _ranks
+from npu_bridge._shim import module_getattr as _module_getattr
 
 _REDUCTIONS = ("sum", "prod", "max", "min")
+_MERGE = {"sum": "Add", "prod": "Mul", "max": "Max", "min": "Min"}
 
 
-def allreduce(tensor, reduction, fusion=1, fusion_id=-1, group="hccl_world_group"):  # pylint: disable=unused-argument
-    """All-reduce over the ranks; over the single emulated rank, the tensor itself.
+def _group(what):
+    """The collective group of this rank, or None at one rank (raises without a group)."""
+    if _ranks.rank_size() <= 1:
+        return None
+    from npu_loss_scale.ascend import ranks  # pylint: disable=import-outside-toplevel
+    cluster = ranks.cluster()
+    if cluster is None:
+        _ranks.require_single_rank("hccl_ops." + what)
+    return cluster
 
-    Accepts a tensor or a list of tensors (as the adapter does); raises NotImplementedError with
-    RANK_SIZE > 1.
-    """
+
+def _each(tensor, fn):
+    if isinstance(tensor, (list, tuple)):
+        return [fn(tf.convert_to_tensor(t)) for t in tensor]
+    return fn(tf.convert_to_tensor(tensor))
+
+
+def _collective(cluster, build):
+    from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
+    with tf.device(cluster.device):
+        return build(collective_ops, dict(group_size=cluster.group_size,
+                                          group_key=cluster.group_key,
+                                          instance_key=cluster.next_instance_key(),
+                                          timeout=cluster.timeout))
+
+
+def _one_rank(what, tensor):
+    _ranks.require_single_rank("hccl_ops." + what)
+    return _each(tensor, tf.identity)
+
+
+def _check_reduction(reduction):
     if reduction not in _REDUCTIONS:
         raise ValueError("reduction must be one of %s; got %r" % (", ".join(_REDUCTIONS),
                                                                   reduction))
-    _ranks.require_single_rank("hccl_ops.allreduce")
-    if isinstance(tensor, (list, tuple)):
-        return [tf.identity(t) for t in tensor]
-    return tf.identity(tensor)
 
 
-def __getattr__(name):
-    raise AttributeError("npu_bridge.hccl.hccl_ops.%s is not emulated on CPU by npu_loss_scale "
-                         "(the shim provides allreduce for a single rank)" % name)
+def allreduce(tensor, reduction, fusion=1, fusion_id=-1, group="hccl_world_group"):  # pylint: disable=unused-argument
+    """All-reduce (``reduction`` in sum/prod/max/min) over the ranks; a tensor or a list."""
+    _check_reduction(reduction)
+    cluster = _group("allreduce")
+    if cluster is None:
+        return _one_rank("allreduce", tensor)
+    return _each(tensor, lambda t: _collective(cluster, lambda ops, kw: ops.all_reduce_v2(
+        t, merge_op=_MERGE[reduction], final_op="Id", **kw)))
+
+
+def broadcast(tensor, root_rank, fusion=2, fusion_id=0, group="hccl_world_group"):  # pylint: disable=unused-argument
+    """``tensor`` (a list of tensors, or one) of rank ``root_rank`` on every rank."""
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int) or root_rank < 0 \
+            or root_rank >= _ranks.rank_size():
+        raise ValueError("root_rank must be an int in [0, RANK_SIZE=%d); got %r"
+                         % (_ranks.rank_size(), root_rank))
+    cluster = _group("broadcast")
+    if cluster is None:
+        return _one_rank("broadcast", tensor)
+
+    def from_root(t):
+        mine = t if cluster.rank == root_rank else tf.zeros_like(t)
+        return _collective(cluster, lambda ops, kw: ops.all_reduce_v2(
+            mine, merge_op="Add", final_op="Id", **kw))
+
+    return _each(tensor, from_root)
+
+
+def allgather(tensor, rank_size, group="hccl_world_group"):  # pylint: disable=unused-argument
+    """The ranks' tensors concatenated along axis 0 (``rank_size`` must be RANK_SIZE)."""
+    if rank_size != _ranks.rank_size():
+        raise ValueError("rank_size must equal RANK_SIZE=%d; got %r" % (_ranks.rank_size(),
+                                                                       rank_size))
+    cluster = _group("allgather")
+    if cluster is None:
+        return _one_rank("allgather", tensor)
+    return _each(tensor, lambda t: _collective(cluster, lambda ops, kw: ops.all_gather_v2(
+        t, **kw)))
+
+
+def reduce_scatter(tensor, reduction, rank_size, group="hccl_world_group"):  # pylint: disable=unused-argument
+    """Reduce over the ranks, each rank keeping its 1/rank_size slice of axis 0."""
+    _check_reduction(reduction)
+    if rank_size != _ranks.rank_size():
+        raise ValueError("rank_size must equal RANK_SIZE=%d; got %r" % (_ranks.rank_size(),
+                                                                       rank_size))
+    if _ranks.rank_size() > 1:
+        raise NotImplementedError("hccl_ops.reduce_scatter over several emulated ranks is not "
+                                  "emulated yet (RANK_SIZE=%d)" % _ranks.rank_size())
+    return _one_rank("reduce_scatter", tensor)
+
+
+__all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter"]
+__getattr__ = _module_getattr(__name__, __all__)

@@ -1,26 +1,55 @@
-"""Shim of ``npu_bridge.estimator.npu.npu_optimizer`` for a single emulated rank."""
+"""Shim of ``npu_bridge.estimator.npu.npu_optimizer`` for a single emulated rank.
+
+At one rank the gradient all-reduce (average over ranks) is the identity, as on the device; with
+RANK_SIZE > 1 computing gradients raises NotImplementedError (no HCCL transport on CPU yet).
+"""
 import tensorflow as tf
 
-from npu_loss_scale.optimizer import NPULossScaleOptimizer
 from npu_bridge import _ranks
+from npu_bridge._shim import module_getattr as _module_getattr
+from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer
+from npu_bridge.hccl import hccl_ops
+
+
+def allreduce(tensor, average=True):
+    """Sum (``average=False``) or mean over the ranks of a tensor or IndexedSlices."""
+    size = _ranks.rank_size()
+    if isinstance(tensor, tf.IndexedSlices):
+        values = hccl_ops.allgather(tensor.values, size)
+        if average and size > 1:
+            values = values / tf.cast(size, values.dtype)
+        return tf.IndexedSlices(values, hccl_ops.allgather(tensor.indices, size),
+                                dense_shape=tensor.dense_shape)
+    summed = hccl_ops.allreduce(tensor, "sum")
+    if average and size > 1:
+        summed = summed / tf.cast(size, summed.dtype)
+    return summed
+
+
+npu_allreduce = allreduce
 
 
 class NPUDistributedOptimizer(tf.compat.v1.train.Optimizer):
     """Gradient all-reduce over the ranks: with the single emulated rank, the inner optimizer.
 
-    Raises NotImplementedError when gradients are computed with RANK_SIZE > 1 (no HCCL on CPU).
+    With RANK_SIZE > 1 the gradients are averaged with ``hccl_ops.allreduce`` (TF collective ops
+    in a ``--ranks N`` run; NotImplementedError without one).
     """
 
-    def __init__(self, optimizer, name=None, **unused_npu_options):
+    def __init__(self, optimizer, is_weight_update_sharding=False, name=None):
         if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
             raise TypeError("optimizer must be a tf.compat.v1.train.Optimizer; got %r"
                             % (optimizer,))
         super().__init__(use_locking=False, name=name or "NPUDistributed" + optimizer.get_name())
         self._optimizer = optimizer
+        self.is_weight_update_sharding = bool(is_weight_update_sharding)
 
     def compute_gradients(self, *args, **kwargs):
-        _ranks.require_single_rank("NPUDistributedOptimizer")
-        return self._optimizer.compute_gradients(*args, **kwargs)
+        gradients = self._optimizer.compute_gradients(*args, **kwargs)
+        if _ranks.rank_size() <= 1:
+            return gradients
+        with tf.name_scope(self.get_name() + "_Allreduce"):
+            return [(None if g is None else allreduce(g, True), v) for g, v in gradients]
 
     def apply_gradients(self, *args, **kwargs):
         return self._optimizer.apply_gradients(*args, **kwargs)
@@ -52,3 +81,26 @@ def NPUOptimizer(opt, loss_scale_manager=None, is_distributed=False, is_loss_sca
     return NPULossScaleOptimizer(opt, loss_scale_manager,
                                  is_distributed=bool(is_distributed) and _ranks.rank_size() > 1,
                                  name=name)
+
+
+def npu_distributed_optimizer_wrapper(optimizer):
+    """The optimizer with its gradients all-reduced over the ranks: at one rank, ``optimizer``.
+
+    A TF1 optimizer is wrapped in :class:`NPUDistributedOptimizer`; a Keras optimizer is returned
+    as is at one rank (several ranks: NotImplementedError).
+    """
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        return NPUDistributedOptimizer(optimizer)
+    _ranks.require_single_rank("npu_distributed_optimizer_wrapper")
+    return optimizer
+
+
+def KerasDistributeOptimizer(optimizer):  # pylint: disable=invalid-name
+    """A Keras optimizer with gradients all-reduced over the ranks: at one rank, itself."""
+    _ranks.require_single_rank("KerasDistributeOptimizer")
+    return optimizer
+
+
+__all__ = ["NPUDistributedOptimizer", "NPUOptimizer", "allreduce", "npu_allreduce",
+           "npu_distributed_optimizer_wrapper", "KerasDistributeOptimizer"]
+__getattr__ = _module_getattr(__name__, __all__)

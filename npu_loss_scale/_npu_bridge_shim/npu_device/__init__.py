@@ -1,0 +1,121 @@
+"""CPU shim of Ascend's TF2 adapter ``npu_device`` (from npu-loss-scale).
+
+Provided: ``open(device_id=None).as_default()`` (the emulated device; nothing to place on),
+``global_options()`` (every option scripts set, nested ``dump_config``/``profiling_config``/
+``experimental.multi_branches_config`` included: validated and recorded; ``precision_mode`` is
+applied to TF1-style sessions through :mod:`npu_loss_scale.ascend.precision`, and *not* to TF2
+eager / ``tf.function`` / Keras code, which a warning says), ``compat.enable_v1()``,
+``compat.v1.npu_init`` (the npu_bridge one), ``distribute.all_reduce/broadcast/
+shard_and_rebatch_dataset/npu_distributed_keras_optimizer_wrapper`` at one rank (the identity, as
+the device computes it). Not emulated (an error names them): ``gen_npu_ops``, ``ops``,
+``train.optimizer.NpuLossScaleOptimizer`` (the Keras loss-scale optimizer of the TF2 front end).
+"""
+import warnings
+
+from npu_bridge._shim import module_getattr as _module_getattr
+
+__npu_loss_scale_shim__ = True
+
+_NESTED = {
+    "dump_config": {"enable_dump": False, "dump_path": None, "dump_step": None,
+                    "dump_mode": "output", "enable_dump_debug": False, "dump_debug_mode": "all",
+                    "dump_data": "tensor", "dump_layer": None},
+    "profiling_config": {"enable_profiling": False, "profiling_options": None},
+}
+
+
+class _Group:
+    """A group of options: known names only, each set value recorded in ``recorded``."""
+
+    def __init__(self, path, defaults, children=None):
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_values", dict(defaults))
+        object.__setattr__(self, "_children", dict(children or {}))
+        object.__setattr__(self, "recorded", {})
+
+    def __getattr__(self, name):
+        if name in self._children:
+            return self._children[name]
+        if name in self._values:
+            return self._values[name]
+        raise AttributeError("%s has no option %r; options: %s" % (
+            self._path, name, ", ".join(sorted(set(self._values) | set(self._children)))))
+
+    def __setattr__(self, name, value):
+        if name not in self._values:
+            raise AttributeError("%s has no option %r; options: %s" % (
+                self._path, name, ", ".join(sorted(self._values))))
+        if name == "precision_mode" and value is not None:
+            from npu_loss_scale.ascend import precision  # pylint: disable=import-outside-toplevel
+            value = precision.check_precision_mode(value)
+        self._values[name] = value
+        self.recorded[name] = value
+
+
+def _make_options():
+    from npu_bridge.estimator.npu.npu_config import NPU_OPTION_DEFAULTS  # pylint: disable=import-outside-toplevel
+    defaults = {k: v for k, v in NPU_OPTION_DEFAULTS.items()
+                if k not in ("dump_config", "profiling_config", "experimental_config")}
+    children = {name: _Group("global_options()." + name, values)
+                for name, values in _NESTED.items()}
+    multi = _Group("global_options().experimental.multi_branches_config",
+                   {"input_shape": None, "dynamic_node_type": None, "dynamic_dims": None})
+    children["experimental"] = _Group("global_options().experimental",
+                                      {"logical_device_cluster_deploy_mode": None,
+                                       "logical_device_id": None},
+                                      {"multi_branches_config": multi})
+    return _Group("npu_device.global_options()", defaults, children)
+
+
+_options = []
+
+
+def global_options():
+    """The device options (one object per process), set before ``open()`` as on the device."""
+    if not _options:
+        _options.append(_make_options())
+    return _options[0]
+
+
+class _Device:
+    """The emulated NPU of this process."""
+
+    def __init__(self, device_id):
+        self.device_id = device_id
+        self.workers_num = 1
+        self.worker_id = 0
+
+    def as_default(self):
+        return self
+
+
+_device = []
+
+
+def open(device_id=None):  # pylint: disable=redefined-builtin
+    """Opens the emulated device and applies the options set so far (see the package docstring)."""
+    from npu_bridge import _ranks  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.ascend import precision  # pylint: disable=import-outside-toplevel
+    _ranks.require_single_rank("npu_device.open")
+    mode = global_options().precision_mode
+    if mode is not None:
+        precision.set_default_precision_mode(mode)
+        precision.install_session_hook()
+        if mode not in ("force_fp32", "must_keep_origin_dtype"):
+            warnings.warn("npu_device: precision_mode=%r is applied to tf.compat.v1 sessions "
+                          "only; TF2 eager, tf.function and Keras code runs as written (float32 "
+                          "stays float32) in the CPU emulation" % mode, RuntimeWarning,
+                          stacklevel=2)
+    if not _device:
+        _device.append(_Device(device_id))
+    return _device[0]
+
+
+def global_npu_ctx():
+    return _device[0] if _device else None
+
+
+from npu_device import compat, distribute  # noqa: E402,F401  pylint: disable=wrong-import-position
+
+__all__ = ["open", "global_options", "global_npu_ctx", "compat", "distribute"]
+__getattr__ = _module_getattr(__name__, __all__, package=True)

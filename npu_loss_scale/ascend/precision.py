@@ -1,0 +1,212 @@
+"""The Ascend ``precision_mode`` on CPU: eligible ops compute in float16, with saturation.
+
+On the device, scripts do not cast their model to float16: they set ``precision_mode`` in the
+session config (``custom_op.parameter_map["precision_mode"].s = b"allow_mix_precision"`` on the
+``NpuOptimizer`` custom optimizer), in ``NPURunConfig(precision_mode=...)`` or in
+``npu_device.global_options()``, and the graph compiler runs the eligible ops in float16. A CPU
+run of the same script is float32 and never overflows, so the loss scaler is never exercised.
+
+:func:`apply_precision_mode` does on a built graph what the compiler does on the device, for the
+ops where it matters for loss scaling — the *cube* ops, matrix multiplications and convolutions,
+forward and backward: each float32 input is rounded to float16 (a value beyond ±65504 becomes
+inf) and each float32 output is rounded to float16 and saturated through
+:func:`npu_loss_scale.emulation.saturate` (in saturation mode: ±65504, NaN→0 and the emulated
+float-status register set; in INF/NaN mode IEEE inf/NaN), then handed back as float32 to the
+ops that consumed it. That is what the Ascend cube unit does: float16 operands, float32
+accumulation, a float16 result. Ops inside ``tf.function`` bodies or functional control flow
+(TF2 ``While``/``If``) are not rewritten.
+
+Per mode (the names the device accepts; anything else is a ValueError):
+
+=========================== ============================================================
+``allow_fp32_to_fp16``      cube ops in float16 (the device's cube unit has no float32; the
+                            device's default for training)
+``allow_mix_precision``,    cube ops in float16 (they are on the device's float16 allow list).
+``allow_mix_precision_fp16`` Gray-list ops that would follow a float16 input on the device
+                            (bias add, activations) stay float32 here: their consumers in the
+                            script's graph expect float32.
+``force_fp16``              cube ops and element-wise arithmetic/activation ops
+                            (:data:`FORCE_FP16_OPS`) in float16
+``cube_fp16in_fp32out``     cube ops take float16 operands, keep a float32 result
+``force_fp32``,             nothing is cast: float32 stays float32 (ops the script builds in
+``must_keep_origin_dtype``  float16 stay float16)
+``allow_mix_precision_bf16``, cube ops with bfloat16 operands and result (no overflow: bfloat16
+``allow_fp32_to_bf16``,     has float32's range)
+``force_lowerprecision``
+=========================== ============================================================
+
+Example::
+
+    with tf.Graph().as_default() as g:
+        y = tf.matmul(x, w)                     # built in float32
+        apply_precision_mode(g, "allow_mix_precision")
+        # y is now the float16 product, saturated, as float32
+"""
+import threading
+import weakref
+
+import tensorflow as tf
+
+from .. import emulation
+
+PRECISION_MODES = ("allow_fp32_to_fp16", "force_fp16", "force_fp32", "allow_mix_precision",
+                   "must_keep_origin_dtype", "cube_fp16in_fp32out", "allow_mix_precision_fp16",
+                   "allow_mix_precision_bf16", "allow_fp32_to_bf16", "force_lowerprecision")
+
+CUBE_OPS = frozenset([
+    "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv2DBackpropInput",
+    "Conv2DBackpropFilter", "Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+    "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+    "DepthwiseConv2dNativeBackpropFilter",
+])
+FORCE_FP16_OPS = CUBE_OPS | frozenset([
+    "Add", "AddV2", "Sub", "Mul", "RealDiv", "BiasAdd", "BiasAddGrad", "Relu", "ReluGrad",
+    "Relu6", "Elu", "Selu", "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad", "Square", "Sqrt",
+    "Rsqrt", "Exp", "Softplus", "MaxPool", "AvgPool", "AvgPoolGrad", "MaxPoolGrad",
+])
+
+# mode -> (op types, operand dtype, result dtype or None to keep float32)
+_RULES = {
+    "allow_fp32_to_fp16": (CUBE_OPS, tf.float16, tf.float16),
+    "allow_mix_precision": (CUBE_OPS, tf.float16, tf.float16),
+    "allow_mix_precision_fp16": (CUBE_OPS, tf.float16, tf.float16),
+    "force_fp16": (FORCE_FP16_OPS, tf.float16, tf.float16),
+    "cube_fp16in_fp32out": (CUBE_OPS, tf.float16, None),
+    "force_fp32": (frozenset(), None, None),
+    "must_keep_origin_dtype": (frozenset(), None, None),
+    "allow_mix_precision_bf16": (CUBE_OPS, tf.bfloat16, tf.bfloat16),
+    "allow_fp32_to_bf16": (CUBE_OPS, tf.bfloat16, tf.bfloat16),
+    "force_lowerprecision": (CUBE_OPS, tf.float16, tf.float16),
+}
+
+_lock = threading.Lock()
+_done = weakref.WeakKeyDictionary()   # graph -> set of op names already handled
+
+
+def check_precision_mode(value, name="precision_mode"):
+    """``value`` as a str after checking it is one the device accepts (bytes are decoded)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if value not in PRECISION_MODES:
+        raise ValueError("%s must be one of %s; got %r" % (
+            name, ", ".join(repr(m) for m in PRECISION_MODES), value))
+    return value
+
+
+def precision_mode_of(config):
+    """The ``precision_mode`` a session ``ConfigProto`` asks the NpuOptimizer for, or None."""
+    if config is None:
+        return None
+    try:
+        custom = config.graph_options.rewrite_options.custom_optimizers
+    except AttributeError:
+        return None
+    for optimizer in custom:
+        if optimizer.name == "NpuOptimizer" and "precision_mode" in optimizer.parameter_map:
+            return check_precision_mode(optimizer.parameter_map["precision_mode"].s,
+                                        'parameter_map["precision_mode"]')
+    return None
+
+
+def _round(tensor, dtype, saturate):
+    low = tf.cast(tensor, dtype)
+    if saturate and dtype == tf.float16:
+        low = emulation.saturate(low)
+    return tf.cast(low, tensor.dtype)
+
+
+def apply_precision_mode(graph, mode):
+    """Rewrites the eligible float32 ops of ``graph`` to compute as ``mode`` does on the device.
+
+    Idempotent: ops handled once are not handled again, so calling it at every session creation
+    only touches ops added since. Returns the number of ops rewritten.
+    """
+    mode = check_precision_mode(mode)
+    op_types, operand_dtype, result_dtype = _RULES[mode]
+    if not op_types:
+        return 0
+    with _lock:
+        done = _done.setdefault(graph, set())
+        todo = [op for op in graph.get_operations()
+                if op.type in op_types and op.name not in done]
+        if not todo:
+            return 0
+        finalized = graph.finalized
+        if finalized:
+            graph._unsafe_unfinalize()  # pylint: disable=protected-access
+        try:
+            count = 0
+            for op in todo:
+                done.add(op.name)
+                if _rewrite(graph, op, operand_dtype, result_dtype, done):
+                    count += 1
+        finally:
+            if finalized:
+                graph.finalize()
+    return count
+
+
+def _rewrite(graph, op, operand_dtype, result_dtype, done):
+    floats = [i for i, t in enumerate(op.inputs) if t.dtype == tf.float32]
+    outputs = [t for t in op.outputs if t.dtype == tf.float32]
+    if not floats and not outputs:
+        return False
+    context = op._get_control_flow_context()  # pylint: disable=protected-access
+    previous = graph._get_control_flow_context()  # pylint: disable=protected-access
+    graph._set_control_flow_context(context)  # pylint: disable=protected-access
+    try:
+        with graph.as_default(), tf.name_scope(op.name + "_precision"):
+            before = set(o.name for o in graph.get_operations())
+            for i in floats:
+                op._update_input(i, _round(op.inputs[i], operand_dtype, saturate=True))  # pylint: disable=protected-access
+            if result_dtype is not None:
+                for out in outputs:
+                    consumers = [(c, j) for c in out.consumers()
+                                 for j, t in enumerate(c.inputs) if t is out]
+                    if not consumers:
+                        continue
+                    rounded = _round(out, result_dtype, saturate=True)
+                    for consumer, j in consumers:
+                        consumer._update_input(j, rounded)  # pylint: disable=protected-access
+            done.update(o.name for o in graph.get_operations() if o.name not in before)
+    finally:
+        graph._set_control_flow_context(previous)  # pylint: disable=protected-access
+    return True
+
+
+# -- session creation ------------------------------------------------------------------------------
+_default_mode = [None]
+_patched = []
+
+
+def set_default_precision_mode(mode):
+    """The mode sessions use when their config names none (``emulate --precision-mode``)."""
+    _default_mode[0] = None if mode is None else check_precision_mode(mode)
+
+
+def install_session_hook():
+    """Makes every new ``tf.compat.v1.Session`` apply the precision mode of its config.
+
+    Installed by ``python -m npu_loss_scale.emulate`` only: the device applies the mode when the
+    graph is compiled for a session, so the emulation applies it when a session is created.
+    """
+    if _patched:
+        return
+    from tensorflow.python.client import session as session_lib  # pylint: disable=import-outside-toplevel
+    original = session_lib.BaseSession.__init__
+
+    def __init__(self, target="", graph=None, config=None):
+        mode = precision_mode_of(config) or _default_mode[0]
+        if mode is not None:
+            apply_precision_mode(graph if graph is not None else tf.compat.v1.get_default_graph(),
+                                 mode)
+        original(self, target, graph, config)
+
+    session_lib.BaseSession.__init__ = __init__
+    _patched.append((session_lib.BaseSession, original))
+
+
+def uninstall_session_hook():
+    while _patched:
+        cls, original = _patched.pop()
+        cls.__init__ = original
