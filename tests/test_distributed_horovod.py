@@ -14,23 +14,7 @@ from dist_workers.checks import (OVERFLOW_STEPS, assert_diverged, assert_identic
                                  assert_skipped_exactly, steps_of)
 
 
-def _horovod_import_error():
-    try:
-        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    except Exception as err:  # pylint: disable=broad-except
-        return "%s: %s" % (type(err).__name__, err)
-    if harness.which_horovodrun() is None:
-        return "the horovodrun launcher is not installed next to the Python interpreter"
-    return None
-
-
-_REASON = _horovod_import_error()
-pytestmark = [
-    pytest.mark.distributed,
-    pytest.mark.skipif(_REASON is not None,
-                       reason="horovod is not importable here (%s); build it with "
-                              "`bash scripts/build_horovod.sh <venv>`" % _REASON),
-]
+pytestmark = harness.horovod_pytestmark()
 
 TIMEOUT = "60"
 

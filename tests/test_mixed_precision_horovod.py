@@ -12,23 +12,7 @@ import pytest
 from dist_workers import harness
 
 
-def _horovod_import_error():
-    try:
-        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel
-    except Exception as err:  # pylint: disable=broad-except
-        return "%s: %s" % (type(err).__name__, err)
-    if harness.which_horovodrun() is None:
-        return "the horovodrun launcher is not installed next to the Python interpreter"
-    return None
-
-
-_REASON = _horovod_import_error()
-pytestmark = [
-    pytest.mark.distributed,
-    pytest.mark.skipif(_REASON is not None,
-                       reason="horovod is not importable here (%s); build it with "
-                              "`bash scripts/build_horovod.sh <venv>`" % _REASON),
-]
+pytestmark = harness.horovod_pytestmark()
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_workers",
                       "megatron_worker.py")

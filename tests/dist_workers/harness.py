@@ -216,3 +216,27 @@ def run_example_with_horovodrun(tmp_path, script, n=2, script_args=(), deadline=
 def which_horovodrun():
     path = horovodrun_path()
     return path if os.path.exists(path) else shutil.which("horovodrun")
+
+
+def horovod_unavailable_reason():
+    """Why Horovod cannot run here (None when ``horovod.tensorflow`` and ``horovodrun`` are there)."""
+    try:
+        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except Exception as err:  # pylint: disable=broad-except
+        return "%s: %s" % (type(err).__name__, err)
+    if which_horovodrun() is None:
+        return "the horovodrun launcher is not installed next to the Python interpreter"
+    return None
+
+
+def horovod_pytestmark():
+    """The marks of a Horovod test module: ``distributed``, and a skip saying why it cannot run.
+
+    (test.sh fails a run on TF 2.15 that skips anything, so the skip is never silent there.)
+    """
+    import pytest  # pylint: disable=import-outside-toplevel
+    reason = horovod_unavailable_reason()
+    return [pytest.mark.distributed,
+            pytest.mark.skipif(reason is not None,
+                               reason="horovod is not importable here (%s); build it with "
+                                      "`bash scripts/build_horovod.sh <venv>`" % reason)]
