@@ -18,17 +18,25 @@ real). :func:`get_backend_name` says which one applies.
 
 Each backend takes part in a training step at these points::
 
-    begin_step(loss)                -> op run before the gradients are computed (clears the register)
-    observe_scaled_gradients(grads) -> op run on the still-scaled gradients (the device sees these);
-                                       called once the step's gradients are built
-    read_status(grads)              -> float32 vector, all zeros <=> no overflow; read only after
-                                       every gradient exists
-    end_step(status)                -> op run after the read (clears the register again)
+    observe_scaled_gradients(grads) -> op run on the still-scaled gradients (the device sees these),
+                                       or None
+    reader()                        -> a handle for one reader (one optimizer in one graph)
+    read_status(grads, reader)      -> float32 vector, all zeros <=> no overflow since this
+                                       reader's previous read; read only after every gradient
+    end_step(status, reader)        -> op run after the read: clears what was read
+    clear()                         -> op that clears the register (evaluation and prediction
+                                       paths run it: see :func:`npu_loss_scale.clear_overflow_status`)
 
-Both overflow modes take the same path: in INF/NaN mode the register backends still clear the
-register at the same points, but ``read_status`` answers from an IEEE inf/NaN test of the
-gradients, as the device's register is not meant to be read in that mode (legitimate infs, such
-as -inf attention masks, would set it). The mode is read when the train op is built.
+The register is sticky from one read to the next, across ``session.run`` calls, as on the
+device: nothing clears it when gradients start being computed, so the overflow of an earlier
+micro-batch of an accumulation is still there when the step reads it. Overflow of an evaluation
+run is still there too: evaluation paths clear it themselves (:class:`npu_loss_scale.LossScaleHook`
+in evaluation mode, :func:`npu_loss_scale.clear_overflow_status`).
+
+Both overflow modes take the same path: in INF/NaN mode ``read_status`` answers from an IEEE
+inf/NaN test of the gradients, as the device's register is not meant to be read in that mode
+(legitimate infs, such as -inf attention masks, would set it). The mode is read when the train op
+is built.
 """
 import abc
 import importlib
@@ -71,17 +79,22 @@ class OverflowDetector(abc.ABC):
 
     name = None
 
-    def begin_step(self, loss):  # pylint: disable=unused-argument
-        return None
-
     def observe_scaled_gradients(self, grads):  # pylint: disable=unused-argument
         return None
 
+    def reader(self):
+        """A reader handle for :meth:`read_status` and :meth:`end_step` (built once per graph)."""
+        return None
+
     @abc.abstractmethod
-    def read_status(self, grads, observed=()):
+    def read_status(self, grads, reader=None, observed=()):
         """float32 vector whose entries are all zero exactly when nothing overflowed."""
 
-    def end_step(self, status):  # pylint: disable=unused-argument
+    def end_step(self, status, reader=None):  # pylint: disable=unused-argument
+        return None
+
+    def clear(self):
+        """Op that clears the overflow status (None when the backend keeps none)."""
         return None
 
     def __repr__(self):
@@ -104,15 +117,17 @@ class InfNanDetector(OverflowDetector):
 
     name = "inf_nan"
 
-    def read_status(self, grads, observed=()):
+    def read_status(self, grads, reader=None, observed=()):
         return tf.reshape(_nonfinite_count(grads), [1])
 
 
 class _RegisterDetector(OverflowDetector):
     """Detection through a float-status register (emulated or real), read after all gradients."""
 
-    def _ops(self):
-        """(get_status, clear_status) callables of this backend."""
+    def _get(self, reader):
+        raise NotImplementedError
+
+    def _clear_read(self, reader):
         raise NotImplementedError
 
     def _inf_nan_mode(self):
@@ -122,12 +137,11 @@ class _RegisterDetector(OverflowDetector):
         """In saturation mode, also count IEEE infs/NaNs in the gradients."""
         return False
 
-    def read_status(self, grads, observed=()):
+    def read_status(self, grads, reader=None, observed=()):
         if self._inf_nan_mode():
             return tf.reshape(_nonfinite_count(grads), [1])
-        get_status, _ = self._ops()
         with tf.control_dependencies(_grad_tensors(grads)):
-            words = tf.cast(get_status(), tf.float32)
+            words = tf.cast(self._get(reader), tf.float32)
         if self._check_finite_too():
             # Gradients whose scaled form went through observe_scaled_gradients are already in
             # the register (unscaling cannot create an inf or NaN): count only the others.
@@ -135,26 +149,36 @@ class _RegisterDetector(OverflowDetector):
             return tf.concat([words, tf.reshape(_nonfinite_count(unobserved), [1])], axis=0)
         return words
 
-    def end_step(self, status):
-        _, clear_status = self._ops()
+    def end_step(self, status, reader=None):
         with tf.control_dependencies([status]):
-            return clear_status()
+            return self._clear_read(reader)
 
 
 class EmulationDetector(_RegisterDetector):
     """The CPU emulation of the Ascend register (see :mod:`npu_loss_scale.emulation`).
 
-    ``begin_step`` clears the register but keeps the saturation events of the forward pass that
-    feeds the loss (they may have run before the clear); every saturation event built while the
-    step's gradients are being built is ordered after the clear. ``read_status`` reads the register
-    and, because code outside :func:`~npu_loss_scale.emulation.saturate` still produces IEEE infs
-    and NaNs on a CPU, also counts non-finite gradients.
+    Each optimizer reads and clears a slot of the register of its own (its ``reader``); every
+    overflow is recorded in all slots, so optimizers whose train ops run in one ``session.run``
+    each see every overflow since their own previous read. ``read_status`` also counts IEEE
+    non-finite gradients that were not observed in scaled form, because code outside
+    :func:`~npu_loss_scale.emulation.saturate` still produces infs and NaNs on a CPU.
     """
 
     name = "emulation"
 
-    def _ops(self):
-        return emulation.npu_get_float_status_v2, emulation.npu_clear_float_status_v2
+    def reader(self):
+        return emulation.allocate_reader_slot()
+
+    def _get(self, reader):
+        return emulation.read_slot(0 if reader is None else reader)
+
+    def _clear_read(self, reader):
+        if reader is None:
+            return emulation.npu_clear_float_status_v2()
+        return emulation.clear_slot(reader)
+
+    def clear(self):
+        return emulation.npu_clear_float_status_v2()
 
     def _inf_nan_mode(self):
         return emulation.is_inf_nan_enabled()
@@ -162,19 +186,10 @@ class EmulationDetector(_RegisterDetector):
     def _check_finite_too(self):
         return True
 
-    def begin_step(self, loss):
-        tensors = [loss] if isinstance(loss, tf.Tensor) else []
-        begin = emulation.clear_keeping(emulation.forward_events_feeding(tensors))
-        emulation.start_step(begin)
-        return begin
-
     def observe_scaled_gradients(self, grads):
-        try:
-            if self._inf_nan_mode():
-                return None  # IEEE mode: a gradient at ±MAX is a value, not an overflow
-            return emulation.record_scaled_gradients(grads)
-        finally:
-            emulation.end_step()
+        if self._inf_nan_mode():
+            return None  # IEEE mode: a gradient at ±MAX is a value, not an overflow
+        return emulation.record_scaled_gradients(grads)
 
 
 class NpuDetector(_RegisterDetector):
@@ -182,7 +197,9 @@ class NpuDetector(_RegisterDetector):
 
     Status ops come from ``npu_bridge.helper.helper.get_gen_ops()`` (``npu_get_float_status_v2``,
     ``npu_clear_float_status_v2``), the overflow mode from
-    ``npu_bridge.estimator.npu.npu_plugin.is_inf_nan_enabled()``.
+    ``npu_bridge.estimator.npu.npu_plugin.is_inf_nan_enabled()``. The device has one register:
+    two optimizers whose train ops run in the same ``session.run`` share it (the first read
+    clears what the second would have seen); run them in separate runs on the device.
     """
 
     name = "npu"
@@ -190,14 +207,17 @@ class NpuDetector(_RegisterDetector):
     def __init__(self):
         self._gen_ops = _npu_bridge_gen_ops()
 
-    def _ops(self):
-        return self._gen_ops.npu_get_float_status_v2, self._gen_ops.npu_clear_float_status_v2
+    def _get(self, reader):
+        return self._gen_ops.npu_get_float_status_v2()
+
+    def _clear_read(self, reader):
+        return self._gen_ops.npu_clear_float_status_v2()
+
+    def clear(self):
+        return self._gen_ops.npu_clear_float_status_v2()
 
     def _inf_nan_mode(self):
         return npu_is_inf_nan_enabled()
-
-    def begin_step(self, loss):  # pylint: disable=unused-argument
-        return self._gen_ops.npu_clear_float_status_v2()
 
 
 # -- npu_bridge access (lazy) --------------------------------------------------------------------
@@ -300,3 +320,34 @@ def make_detector(backend=None):
     if isinstance(backend, OverflowDetector):
         return backend
     return _FACTORIES[get_backend_name(backend)]()
+
+
+def clear_overflow_status(backend=None, after=None, name="clear_overflow_status"):
+    """Clears the overflow status register; evaluation and prediction paths run it.
+
+    The register is sticky from one read of a training step to the next, as on the device, so
+    an overflow of an evaluation or prediction run would make the next training step skip. Run
+    this after such runs (or fetch it with them: ``after=`` the evaluation's tensors orders the
+    clear after them). In graph mode it returns the op (a no-op for ``inf_nan``, which keeps no
+    register); in eager mode it clears at once and returns None.
+
+    Example::
+
+        acc = evaluate_tower(...)                       # may overflow in saturation mode
+        clear = npu_loss_scale.clear_overflow_status(after=[acc])
+        value, _ = sess.run([acc, clear])
+
+    Args:
+      backend: ``npu``, ``emulation`` or ``inf_nan``; default :func:`get_backend_name`.
+      after: tensors or ops the clear must wait for.
+      name: the op's name.
+    """
+    detector = make_detector(backend)
+    deps = [a for a in tf.nest.flatten(after)] if after is not None else []
+    with tf.control_dependencies(deps):
+        op = detector.clear()
+        if op is None:
+            op = tf.no_op()
+        if tf.executing_eagerly():
+            return None
+        return tf.group(op, name=name)

@@ -89,8 +89,8 @@ def test_overflowed_step_changes_no_variable_slot_or_global_step(kind):
             assert not finite
             changed = sorted(n for n in before if not np.array_equal(before[n], after[n]))
             # Only the loss-scale state moves: the scale halves, the counters reset, one skip.
-            assert changed == ["current_loss_scale:0", "good_steps:0", opt.skipped_steps.name]
-            assert after["current_loss_scale:0"] == 2 ** 11
+            assert changed == ["good_steps_value:0", "loss_scale_value:0", opt.skipped_steps.name]
+            assert after["loss_scale_value:0"] == 2 ** 11
             assert after[opt.skipped_steps.name] == 1
             assert after["global_step:0"] == 1
             # the next finite step trains again
@@ -341,9 +341,9 @@ def test_backend_choice_argument_then_environment_then_automatic(monkeypatch):
 
 
 @pytest.mark.parametrize("v1_control_flow", [False, True])
-def test_overflow_seen_in_an_evaluation_fetch_is_not_blamed_on_the_next_step(v1_control_flow):
-    """The register is sticky: an eval run that saturates sets it. The next train step clears
-    it before its gradients run, so only that step's own overflow counts."""
+def test_an_evaluation_overflow_sticks_until_the_evaluation_clears_it(v1_control_flow):
+    """The register is sticky, as on the device: an eval run that saturates sets it, and the
+    next train step skips, unless the evaluation fetches clear_overflow_status with it."""
     if v1_control_flow:
         tf.compat.v1.disable_control_flow_v2()
     try:
@@ -356,15 +356,21 @@ def test_overflow_seen_in_an_evaluation_fetch_is_not_blamed_on_the_next_step(v1_
             opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01),
                                             nls.FixedLossScaleManager(64))
             train = opt.minimize(loss)
+            clear = nls.clear_overflow_status(after=[h])
             feed = {x: np.ones([2, 3], np.float32)}
             with tf.compat.v1.Session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
-                for _ in range(10):
-                    assert sess.run(h, {**feed, boost: 1e5}).max() == 65504.0  # eval: saturates
+                for _ in range(5):
+                    assert sess.run([h, clear], {**feed, boost: 1e5})[0].max() == 65504.0
                     sess.run(train, feed)
                 assert sess.run(opt.skipped_steps) == 0
-                sess.run(train, {**feed, boost: 1e5})          # its own overflow still counts
+                sess.run(h, {**feed, boost: 1e5})          # no clear: the device would skip
+                sess.run(train, feed)
                 assert sess.run(opt.skipped_steps) == 1
+                sess.run(train, {**feed, boost: 1e5})          # its own overflow counts
+                assert sess.run(opt.skipped_steps) == 2
+                sess.run(train, feed)
+                assert sess.run(opt.skipped_steps) == 2
     finally:
         if v1_control_flow:
             tf.compat.v1.enable_control_flow_v2()
