@@ -63,15 +63,22 @@ def _nonfinite_count(grads):
 
 
 def _grad_tensors(grads):
+    """The tensors a status read must wait for, usable as control inputs in the current graph.
+
+    A gradient built outside the graph being built (``apply_gradients`` inside a ``tf.cond``
+    branch) goes through an identity made here: a control dependency on an outer tensor is not
+    kept once TensorFlow lowers the cond to Switch/Merge, and the read would run as soon as the
+    predicate is known, before the gradients (and the saturation events they wait for).
+    """
     out = []
     for g in grads:
         if g is None:
             continue
-        if isinstance(g, tf.IndexedSlices):
-            out.extend([g.values, g.indices])
-        else:
-            out.append(g)
-    return out
+        out.extend([g.values, g.indices] if isinstance(g, tf.IndexedSlices) else [g])
+    if tf.executing_eagerly():
+        return []
+    graph = tf.compat.v1.get_default_graph()
+    return [t if getattr(t, "graph", graph) is graph else tf.identity(t) for t in out]
 
 
 class OverflowDetector(abc.ABC):

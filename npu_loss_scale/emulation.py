@@ -214,11 +214,20 @@ def _register():
 
 
 def allocate_reader_slot():
-    """A register slot of its own for one reader (a loss-scale optimizer) in this graph."""
-    state = _state_of(_graphs.outermost_graph())
+    """A register slot of its own for one reader (a loss-scale optimizer) in this graph.
+
+    In a graph the slot starts clear with the graph's register. In eager execution (where the
+    register lives as long as the process) the slot is cleared now: the new reader sees the
+    overflows from its creation on.
+    """
+    outer = _graphs.outermost_graph()
+    state = _state_of(outer)
     with _lock:
         slot = state.next_reader
         state.next_reader = slot + 1 if slot + 1 < READER_SLOTS else 1
+    if outer is None:
+        with tf.init_scope():
+            clear_slot(slot)
     return slot
 
 

@@ -279,6 +279,13 @@ class NPULossScaleOptimizer(_Base):
         if callable(loss) and not tf.executing_eagerly():
             loss = loss()
         scaled_loss = self._scale_loss(loss)
+        if grad_loss is None and isinstance(scaled_loss, tf.Tensor) and self._check_overflow \
+                and not tf.executing_eagerly():
+            # TensorFlow seeds backpropagation with a constant that does not wait for the
+            # forward pass; a seed made from the loss does, so the overflow read that waits for
+            # the gradients also waits for every saturation event of the forward pass feeding
+            # the loss (a cond or loop body included).
+            grad_loss = tf.ones_like(scaled_loss)
         grads_and_vars = self._optimizer.compute_gradients(
             loss=scaled_loss, var_list=var_list, gate_gradients=gate_gradients,
             aggregation_method=aggregation_method,
@@ -397,7 +404,7 @@ class NPULossScaleOptimizer(_Base):
             next_scale = self._manager.next_loss_scale(finite)
         with tf.control_dependencies([scale, skipped_before]
                                      + ([next_scale] if next_scale is not None else [])):
-            update_scale = self._manager.update_loss_scale(finite)
+            update_scale = self._serialized_update(finite)
             overflowed = tf.logical_not(finite)
             count = skipped.assign_add(tf.cast(overflowed, tf.int64))
         before.extend([scale, skipped_before])
@@ -410,6 +417,29 @@ class NPULossScaleOptimizer(_Base):
                   "global_step": None if gs_before is None
                   else gs_before + tf.cast(finite, gs_before.dtype)}
         return [update_scale, count, stuck], report
+
+    def _serialized_update(self, finite):
+        """``manager.update_loss_scale(finite)``, one at a time per manager and graph.
+
+        A manager shared by two optimizers whose train ops run in one ``session.run`` (a GAN) is
+        updated by both; a critical section keeps the two read-modify-write updates from
+        interleaving, so the manager moves exactly once per ``apply_gradients``.
+        """
+        if tf.distribute.has_strategy():
+            return self._manager.update_loss_scale(finite)
+        manager_state = self._manager._state()  # pylint: disable=protected-access
+        section = manager_state.get("_update_section")
+        if section is None:
+            with _graphs.outer_scope(_graphs.outermost_graph()):
+                section = tf.CriticalSection(name="loss_scale_update")
+            manager_state["_update_section"] = section
+
+        def update():
+            op = self._manager.update_loss_scale(finite)
+            with tf.control_dependencies([op]):
+                return tf.constant(True)
+
+        return section.execute(update, exclusive_resource_access=False)
 
     def _distributed_apply(self, distribution, grads_and_vars, global_step=None, name=None):
         """Cross-replica part of apply_gradients (reached through merge_call, as in TensorFlow)."""
