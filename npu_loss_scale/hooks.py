@@ -22,7 +22,7 @@ global step after the step (tensors without side effects); then
 
 Tensors come from the optimizer (``optimizer=`` an :class:`~npu_loss_scale.NPULossScaleOptimizer`
 whose train op is built) or, without it, from the graph by name: ``loss_scale:0``, the op whose
-name ends in ``overflow_status_reduce_all`` and the variable ``skipped_steps`` (read once when
+name ends in ``overflow_status_reduce_all`` and the tensor ``skipped_steps`` (read once when
 the session is created; counted from the overflow flag afterwards; the new scale then shows in
 the next step's line).
 
@@ -131,9 +131,8 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
                                  "manager in this graph")
             finite_op = _find_by_suffix(graph, FINITE_OP_NAME)
             tensors["finite"] = finite_op.outputs[0] if finite_op is not None else None
-            skipped = [v for v in tf.compat.v1.global_variables()
-                       if v.op.name.split("/")[-1] == "skipped_steps"]
-            tensors["skipped_steps"] = skipped[-1] if skipped else None
+            skipped = _find_by_suffix(graph, "skipped_steps")
+            tensors["skipped_steps"] = skipped.outputs[0] if skipped is not None else None
         if tensors["loss_scale"].dtype != tf.float32:
             raise TypeError("the loss scale tensor must be float32; got %s (a resource handle "
                             "instead of the value?)" % tensors["loss_scale"].dtype.name)

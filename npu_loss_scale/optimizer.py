@@ -17,6 +17,34 @@ class OverflowInvisibleWarning(UserWarning):
     """The chosen detection backend cannot see the overflows this graph produces."""
 
 
+class _Counter:
+    """An int64 counter kept in a one-entry hash table.
+
+    It needs no initializer (scripts that run only ``global_variables_initializer`` work) and is
+    not written into checkpoints: a checkpoint written on the device by Ascend's optimizer, which
+    has no such counter, restores with a plain name-based Saver into a graph that has ours.
+    """
+
+    def __init__(self, name):
+        with tf.device("/device:CPU:0"):
+            self._table = tf.lookup.experimental.MutableHashTable(
+                key_dtype=tf.int64, value_dtype=tf.int64, default_value=0, checkpoint=False,
+                name=name + "_table")
+        self.name = name
+
+    def read(self, name=None):
+        with tf.device("/device:CPU:0"):
+            return tf.identity(self._table.lookup(tf.constant([0], tf.int64))[0], name=name)
+
+    def add(self, delta):
+        """Op-returning tensor: the count after adding ``delta`` (int64 scalar)."""
+        with tf.device("/device:CPU:0"):
+            value = self.read() + tf.cast(delta, tf.int64)
+            insert = self._table.insert(tf.constant([0], tf.int64), tf.reshape(value, [1]))
+            with tf.control_dependencies([insert]):
+                return tf.identity(value)
+
+
 class NPULossScaleOptimizer(_Base):
     """Wraps a ``tf.compat.v1.train`` optimizer with Ascend-style loss scaling.
 
@@ -150,11 +178,18 @@ class NPULossScaleOptimizer(_Base):
 
     @property
     def skipped_steps(self):
-        """Non-trainable int64 variable: how many steps were skipped because of an overflow.
+        """int64 scalar tensor: how many steps were skipped because of an overflow.
 
-        Reading it creates nothing: it exists in the graph the optimizer was built or used in.
+        In a ``tf.compat.v1`` graph it is the tensor ``skipped_steps:0`` (fetch it with the train
+        op or after it); in eager execution the current count. The counter needs no initializer
+        and is not saved in checkpoints (Ascend's optimizer has none). Reading it creates no
+        variable: it exists in the graph the optimizer was built or used in.
         """
-        return self._built_state("skipped_steps")["skipped_steps"]
+        state = self._built_state("skipped_steps")
+        if state["skipped_read"] is not None and _graphs.outermost_graph() is not None \
+                and tf.compat.v1.get_default_graph() is state["skipped_read"].graph:
+            return state["skipped_read"]
+        return state["skipped_steps"].read()
 
     @property
     def overflow_status_reduce_all(self):
@@ -189,8 +224,8 @@ class NPULossScaleOptimizer(_Base):
         own = []
         state = self._per_graph.peek()
         if state is not None:
-            own = [state["skipped_steps"]] + ([state["micro_step"]] if "micro_step" in state
-                                              else []) + list(state["accumulators"].values())
+            own = ([state["micro_step"]] if "micro_step" in state else []) \
+                + list(state["accumulators"].values())
         manager_state = self._manager._per_graph.peek()  # pylint: disable=protected-access
         manager_vars = list(manager_state.get("_weights", {}).values()) if manager_state else []
         return self._optimizer.variables() + manager_vars + own
@@ -210,18 +245,13 @@ class NPULossScaleOptimizer(_Base):
 
     # -- per-graph state ----------------------------------------------------------------------
     def _state(self):
-        state = self._per_graph.get(self._build_state)
-        if _graphs.outermost_graph() is None and not state.get("tracked"):
-            # Eager: track for object-based checkpoints (restore-on-create included).
-            self._track_trackable(state["skipped_steps"], "skipped_steps", overwrite=True)
-            state["tracked"] = True
-        return state
+        return self._per_graph.get(self._build_state)
 
     def _build_state(self):
-        skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps",
-                              synchronization=tf.VariableSynchronization.AUTO,
-                              aggregation=tf.VariableAggregation.NONE)
+        skipped = _Counter("skipped_steps")
+        in_graph = _graphs.outermost_graph() is not None
         state = {"skipped_steps": skipped, "finite": None, "report": None, "accumulators": {},
+                 "skipped_read": skipped.read(name="skipped_steps") if in_graph else None,
                  "reader": self._detector.reader() if self._check_overflow else None}
         if self._accumulation_steps > 1:
             state["micro_step"] = tf.Variable(0, dtype=tf.int64, trainable=False,
@@ -232,7 +262,6 @@ class NPULossScaleOptimizer(_Base):
         children = dict(super()._trackable_children(save_type, **kwargs))
         state = self._per_graph.peek()
         if state is not None:
-            children["skipped_steps"] = state["skipped_steps"]
             if "micro_step" in state:
                 children["accumulation_step"] = state["micro_step"]
         return children
@@ -394,7 +423,7 @@ class NPULossScaleOptimizer(_Base):
         """Manager update, skipped count, stuck warning, report. Returns (ops, report)."""
         scale = tf.identity(self._manager.get_loss_scale(), name="loss_scale_used")
         skipped = state["skipped_steps"]
-        skipped_before = tf.identity(skipped.read_value())
+        skipped_before = skipped.read()
         gs_before = None
         if global_step is not None:
             with tf.control_dependencies(None):
@@ -406,7 +435,7 @@ class NPULossScaleOptimizer(_Base):
                                      + ([next_scale] if next_scale is not None else [])):
             update_scale = self._serialized_update(finite)
             overflowed = tf.logical_not(finite)
-            count = skipped.assign_add(tf.cast(overflowed, tf.int64))
+            count = skipped.add(tf.cast(overflowed, tf.int64))
         before.extend([scale, skipped_before])
         skipped_after = skipped_before + tf.cast(overflowed, tf.int64)
         stuck = tf.cond(tf.logical_and(overflowed, scale <= 1.0),
@@ -529,7 +558,7 @@ class NPULossScaleOptimizer(_Base):
 
         def wait():
             return (tf.constant(True), tf.identity(self._manager.get_loss_scale()),
-                    tf.identity(skipped.read_value()))
+                    skipped.read())
 
         finite, scale, skipped_now = tf.cond(boundary, decide, wait)
         finite = tf.identity(finite, name=FINITE_OP_NAME)
