@@ -53,13 +53,27 @@ _as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
 BACKEND_NAMES = ("npu", "emulation", "inf_nan")
 
 
-def _nonfinite_count(grads):
-    """float32 scalar: how many of ``grads`` hold an inf or a NaN (None entries ignored)."""
-    checks = [tf.logical_not(tf.reduce_all(tf.math.is_finite(values)))
-              for values in emulation.floating_values(grads)]
-    if not checks:
+def nonfinite_flag(grads):
+    """float32 scalar: 1 when some gradient holds an inf or a NaN, else 0 (None entries ignored).
+
+    One read pass over the gradients and no temporary: each tensor is summed (in float32 or
+    float64) and the per-tensor sums are reduced once. An inf or NaN anywhere makes the sum
+    non-finite. A sum of finite values overflows only for values around 1e31 and more; such a
+    step is skipped too (the loss scale then comes down), which never lets an overflow through.
+    """
+    sums = []
+    for values in emulation.floating_values(grads):
+        if values.dtype not in (tf.float32, tf.float64):
+            values = tf.cast(values, tf.float32)
+        sums.append(tf.cast(tf.reduce_sum(values), tf.float32))
+    if not sums:
         return tf.zeros([], tf.float32)
-    return tf.reduce_sum(tf.cast(tf.stack(checks), tf.float32))
+    total = sums[0] if len(sums) == 1 else tf.add_n(sums)
+    return tf.cast(tf.logical_not(tf.math.is_finite(total)), tf.float32)
+
+
+def _status(flags):
+    return tf.reshape(tf.stack(list(flags)), [-1])
 
 
 def _grad_tensors(grads):
@@ -87,15 +101,25 @@ class OverflowDetector(abc.ABC):
     name = None
 
     def observe_scaled_gradients(self, grads):  # pylint: disable=unused-argument
-        return None
+        """(op to run before the gradients are unscaled or None, float32 flag or None).
+
+        The flag (1 = overflow) stands for these gradients at the read; None means the
+        register covers them.
+        """
+        return None, None
 
     def reader(self):
         """A reader handle for :meth:`read_status` and :meth:`end_step` (built once per graph)."""
         return None
 
     @abc.abstractmethod
-    def read_status(self, grads, reader=None, observed=()):
-        """float32 vector whose entries are all zero exactly when nothing overflowed."""
+    def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
+        """float32 vector whose entries are all zero exactly when nothing overflowed.
+
+        ``grads``: gradients to check that no observation covers; ``known_flags``: flags of
+        gradients observed in scaled form (no second pass over them); ``wait_for``: tensors the
+        read must run after (every gradient of the step).
+        """
 
     def end_step(self, status, reader=None):  # pylint: disable=unused-argument
         return None
@@ -108,15 +132,11 @@ class OverflowDetector(abc.ABC):
         return "<%s backend>" % self.name
 
 
-def _ref(grad):
-    """A hashable key for a gradient (dense tensor or IndexedSlices)."""
-    values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
-    return values.ref() if hasattr(values, "ref") else id(values)
-
-
-def observed_refs(grads):
-    """Keys of ``grads`` for ``read_status(..., observed=...)``."""
-    return {_ref(g) for g in grads if g is not None}
+def _ieee_status(grads, known_flags):
+    flags = list(known_flags)
+    if grads or not flags:
+        flags.append(nonfinite_flag(grads))
+    return _status(flags)
 
 
 class InfNanDetector(OverflowDetector):
@@ -124,8 +144,11 @@ class InfNanDetector(OverflowDetector):
 
     name = "inf_nan"
 
-    def read_status(self, grads, reader=None, observed=()):
-        return tf.reshape(_nonfinite_count(grads), [1])
+    def observe_scaled_gradients(self, grads):
+        return None, nonfinite_flag(grads)
+
+    def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
+        return _ieee_status(grads, known_flags)
 
 
 class _RegisterDetector(OverflowDetector):
@@ -141,19 +164,24 @@ class _RegisterDetector(OverflowDetector):
         raise NotImplementedError
 
     def _check_finite_too(self):
-        """In saturation mode, also count IEEE infs/NaNs in the gradients."""
+        """In saturation mode, also count IEEE infs/NaNs in gradients no observation covers."""
         return False
 
-    def read_status(self, grads, reader=None, observed=()):
+    def observe_scaled_gradients(self, grads):
         if self._inf_nan_mode():
-            return tf.reshape(_nonfinite_count(grads), [1])
-        with tf.control_dependencies(_grad_tensors(grads)):
+            return None, nonfinite_flag(grads)
+        return None, None
+
+    def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
+        if self._inf_nan_mode():
+            return _ieee_status(grads, known_flags)
+        with tf.control_dependencies(_grad_tensors(list(wait_for) or grads)):
             words = tf.cast(self._get(reader), tf.float32)
-        if self._check_finite_too():
-            # Gradients whose scaled form went through observe_scaled_gradients are already in
-            # the register (unscaling cannot create an inf or NaN): count only the others.
-            unobserved = [g for g in grads if g is not None and _ref(g) not in observed]
-            return tf.concat([words, tf.reshape(_nonfinite_count(unobserved), [1])], axis=0)
+        extra = list(known_flags)
+        if self._check_finite_too() and grads:
+            extra.append(nonfinite_flag(grads))
+        if extra:
+            return tf.concat([words, _status(extra)], axis=0)
         return words
 
     def end_step(self, status, reader=None):
@@ -166,9 +194,11 @@ class EmulationDetector(_RegisterDetector):
 
     Each optimizer reads and clears a slot of the register of its own (its ``reader``); every
     overflow is recorded in all slots, so optimizers whose train ops run in one ``session.run``
-    each see every overflow since their own previous read. ``read_status`` also counts IEEE
-    non-finite gradients that were not observed in scaled form, because code outside
-    :func:`~npu_loss_scale.emulation.saturate` still produces infs and NaNs on a CPU.
+    each see every overflow since their own previous read. Because code outside
+    :func:`~npu_loss_scale.emulation.saturate` still produces IEEE infs and NaNs on a CPU, the
+    scaled gradients are checked for them in one read pass when ``compute_gradients`` builds
+    them (the result goes into the register), and gradients no such check covers are checked
+    at the read.
     """
 
     name = "emulation"
@@ -195,8 +225,10 @@ class EmulationDetector(_RegisterDetector):
 
     def observe_scaled_gradients(self, grads):
         if self._inf_nan_mode():
-            return None  # IEEE mode: a gradient at ±MAX is a value, not an overflow
-        return emulation.record_scaled_gradients(grads)
+            return None, nonfinite_flag(grads)
+        # Saturation events inside the model were recorded by saturate(); IEEE infs and NaNs of
+        # code outside it are recorded here, with one read pass over the scaled gradients.
+        return emulation.record(nonfinite_flag(grads) > 0), None
 
 
 class NpuDetector(_RegisterDetector):

@@ -269,26 +269,52 @@ class NPULossScaleOptimizer(_Base):
     def _observed_attr(self):
         return self._per_graph._attr + "_observed"  # pylint: disable=protected-access
 
-    def _mark_observed(self, grads):
+    @staticmethod
+    def _var_key(var):
+        return var.ref() if hasattr(var, "ref") else id(var)
+
+    def _mark_observed(self, variables, flag):
+        """Remembers, in the graph being built, that the gradients of ``variables`` were checked
+        in scaled form (``flag``: their overflow flag, or None when the register covers them)."""
         if tf.executing_eagerly():
             return
         graph = tf.compat.v1.get_default_graph()
         attr = self._observed_attr()
         marks = getattr(graph, attr, None)
         if marks is None:
-            marks = set()
+            marks = {}
             setattr(graph, attr, marks)
-        marks.update(detection.observed_refs(grads))
+        for var in variables:
+            marks[self._var_key(var)] = flag
 
-    def _observed(self):
-        """Gradients observed in scaled form, in the current graph and the graphs around it."""
-        if tf.executing_eagerly():
-            return set()
-        out, graph, attr = set(), tf.compat.v1.get_default_graph(), self._observed_attr()
-        while graph is not None:
-            out |= getattr(graph, attr, set())
-            graph = getattr(graph, "outer_graph", None)
-        return out
+    def _split_observed(self, grads_and_vars):
+        """(flags of observed gradients, gradients nothing has checked yet).
+
+        A gradient counts as checked when ``compute_gradients`` of this optimizer produced the
+        gradient of its variable in the current graph (or a graph around it): clipping or other
+        processing between ``compute_gradients`` and ``apply_gradients`` costs no second pass.
+        """
+        marks = {}
+        if not tf.executing_eagerly():
+            chain, graph = [], tf.compat.v1.get_default_graph()
+            while graph is not None:
+                chain.append(graph)
+                graph = getattr(graph, "outer_graph", None)
+            for graph in reversed(chain):
+                marks.update(getattr(graph, self._observed_attr(), {}))
+        flags, unchecked, seen = [], [], set()
+        for g, v in grads_and_vars:
+            if g is None:
+                continue
+            key = self._var_key(v)
+            if key in marks:
+                flag = marks[key]
+                if flag is not None and id(flag) not in seen:
+                    seen.add(id(flag))
+                    flags.append(flag)
+            else:
+                unchecked.append(g)
+        return flags, unchecked
 
     # -- gradients ----------------------------------------------------------------------------
     def _doing_dynamic_loss_scaling(self):
@@ -320,11 +346,14 @@ class NPULossScaleOptimizer(_Base):
             aggregation_method=aggregation_method,
             colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
         grads = [g for g, _ in grads_and_vars]
-        observed = self._detector.observe_scaled_gradients(grads) if self._check_overflow else None
+        variables = [v for g, v in grads_and_vars if g is not None]
+        if not self._check_overflow:
+            return list(zip(self._unscale_grads(grads), [v for _, v in grads_and_vars]))
+        # The check of the scaled gradients: one read pass (or none: the npu register).
+        observed, flag = self._detector.observe_scaled_gradients(grads)
         with tf.control_dependencies([observed] if observed is not None else []):
             unscaled = self._unscale_grads(grads)
-        if observed is not None:
-            self._mark_observed(unscaled)
+        self._mark_observed(variables, flag)
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
     def _scale_grad(self, grad, loss_scale_reciprocal):
@@ -394,22 +423,28 @@ class NPULossScaleOptimizer(_Base):
                 "backend='emulation', or set_device_sat_mode(1) for IEEE arithmetic.",
                 OverflowInvisibleWarning, stacklevel=3)
 
-    def _replica_status(self, grads, reader, observed):
-        return self._detector.read_status(grads, reader=reader, observed=observed)
+    def _replica_status(self, grads_and_vars, reader, observed):
+        grads = [g for g, _ in grads_and_vars if g is not None]
+        if observed:
+            flags, unchecked = self._split_observed(grads_and_vars)
+        else:
+            flags, unchecked = [], grads
+        return self._detector.read_status(unchecked, reader=reader, known_flags=flags,
+                                          wait_for=grads)
 
-    def _read_and_agree(self, distribution, grads, state, observed):
+    def _read_and_agree(self, distribution, grads_and_vars, state, observed):
         """(status agreed across replicas and ranks, ops that clear what was read)."""
         reader = state["reader"]
         if tf.distribute.has_strategy():
             per_replica = distribution.extended.call_for_each_replica(
-                self._replica_status, args=(grads, reader, observed))
+                self._replica_status, args=(grads_and_vars, reader, observed))
             status = distribution.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
             end_ops = distribution.extended.call_for_each_replica(
                 lambda s: self._detector.end_step(s, reader=reader), args=(per_replica,))
             end_ops = [op for op in tf.nest.flatten(distribution.experimental_local_results(
                 end_ops)) if op is not None]
         else:
-            status = self._replica_status(grads, reader, observed)
+            status = self._replica_status(grads_and_vars, reader, observed)
             end_op = self._detector.end_step(status, reader=reader)
             end_ops = [end_op] if end_op is not None else []
         if self._is_distributed:
@@ -479,8 +514,7 @@ class NPULossScaleOptimizer(_Base):
         if self._accumulation_steps > 1:
             return self._accumulating_apply(distribution, grads_and_vars, global_step, name,
                                             state)
-        grads = [g for g, _ in grads_and_vars]
-        status, end_ops = self._read_and_agree(distribution, grads, state, self._observed())
+        status, end_ops = self._read_and_agree(distribution, grads_and_vars, state, True)
         finite = tf.reduce_all(tf.equal(status, 0.0), name=FINITE_OP_NAME)
         state["finite"] = finite
         before = []
@@ -536,7 +570,8 @@ class NPULossScaleOptimizer(_Base):
         def decide():
             totals = [tf.identity(acc.read_value()) for acc in accs]
             if self._check_overflow:
-                status, end_ops = self._read_and_agree(distribution, totals, state, ())
+                status, end_ops = self._read_and_agree(
+                    distribution, [(t, v) for t, (_, v) in zip(totals, pairs)], state, False)
                 finite = tf.reduce_all(tf.equal(status, 0.0))
             else:
                 finite, end_ops = tf.constant(True), []

@@ -181,19 +181,24 @@ def test_float16_gradients_are_unscaled_in_float32(graph, session):
     np.testing.assert_allclose(got, coeffs, rtol=2e-3)   # float16 rounding of the scaled grad
 
 
-def test_emulation_backend_treats_max_of_dtype_as_overflow_but_inf_nan_does_not():
-    def run(backend):
+def test_a_gradient_at_max_is_a_value_unless_saturate_recorded_an_overflow():
+    """Saturation events are what saturate() records; a gradient that merely equals float32 MAX
+    (no op overflowed) is a value on every backend. (Before: the emulation backend counted any
+    scaled gradient at +-MAX, at the cost of a second pass over the gradients.)"""
+    def run(backend, saturated):
         with tf.Graph().as_default():
             w = tf.compat.v1.get_variable("w", initializer=1.0)
             loss = w * F32_MAX      # the scaled gradient is exactly +MAX of float32
+            if saturated:
+                loss = nls.saturate(loss * 2.0)
             opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.0),
                                             nls.FixedLossScaleManager(1), backend=backend)
             train = opt.minimize(loss)
             with tf.compat.v1.Session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
-                return sess.run([train, opt.overflow_status_reduce_all])[1]
-    assert run("emulation") is np.False_ or run("emulation") == False  # noqa: E712
-    assert run("inf_nan") == True  # noqa: E712
+                return bool(sess.run([train, opt.overflow_status_reduce_all])[1])
+    assert run("emulation", False) and run("inf_nan", False)
+    assert not run("emulation", True)
 
 
 def test_names_are_fetchable_and_properties_expose_them(graph, session):
@@ -380,21 +385,42 @@ def test_an_evaluation_overflow_sticks_until_the_evaluation_clears_it(v1_control
 
 
 @pytest.mark.parametrize("backend", ["emulation", "inf_nan"])
-def test_non_finite_gradients_built_outside_compute_gradients_are_caught(graph, session, backend):
-    """apply_gradients alone (gradients from tf.gradients, or altered after compute_gradients)
-    must still see an inf: only gradients whose scaled form was observed skip the scan."""
+def test_gradients_not_from_compute_gradients_are_checked_at_the_read(graph, session, backend):
+    """apply_gradients alone (gradients from tf.gradients) must still see an inf."""
     w = tf.compat.v1.get_variable("w", initializer=[1.0, 2.0])
     bad = tf.compat.v1.placeholder_with_default(1.0, [])
     loss = tf.reduce_sum(w * 3.0)
     opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
                                     nls.FixedLossScaleManager(4), backend=backend)
     outside = opt.apply_gradients([(tf.gradients(loss, w)[0] * bad, w)])
-    (g, v), = opt.compute_gradients(loss, [w])
-    altered = opt.apply_gradients([(g * bad, v)])
     session.run(tf.compat.v1.global_variables_initializer())
-    for train in (outside, altered):
-        session.run(train, {bad: float("inf")})
-        np.testing.assert_array_equal(session.run(w), [1.0, 2.0])
-    session.run(altered)
+    session.run(outside, {bad: float("inf")})
+    np.testing.assert_array_equal(session.run(w), [1.0, 2.0])
+    session.run(outside)
     np.testing.assert_array_equal(session.run(w), [-0.5, 0.5])
-    assert session.run(opt.skipped_steps) == 2
+    assert session.run(opt.skipped_steps) == 1
+
+
+def _gradient_passes(fetch, grads, loss):
+    """Reductions over gradient-sized tensors among the ancestors of ``fetch``, the model's
+    own (those of the loss) left out."""
+    from graph_walk import ancestors  # pylint: disable=import-outside-toplevel
+    sizes = {g.shape.num_elements() for g in grads}
+    model = ancestors([loss])
+    return [op for op in ancestors([fetch]) if op.type in ("Sum", "All", "Max", "Min")
+            and op.inputs[0].shape.num_elements() in sizes and op not in model]
+
+
+@pytest.mark.parametrize("backend", ["emulation", "inf_nan"])
+def test_one_pass_over_the_gradients_even_with_clipping_between_compute_and_apply(graph,
+                                                                                   backend):
+    ws = [tf.compat.v1.get_variable("w%d" % i, shape=[7 + i, 5]) for i in range(4)]
+    loss = tf.add_n([tf.reduce_sum(w * w) for w in ws])
+    opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                    nls.FixedLossScaleManager(4), backend=backend)
+    grads_and_vars = opt.compute_gradients(loss)
+    clipped, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], 1.0)
+    opt.apply_gradients(list(zip(clipped, ws)))
+    passes = _gradient_passes(opt.overflow_status_reduce_all, [g for g, _ in grads_and_vars],
+                              loss)
+    assert len(passes) == len(ws)       # one reduce_sum per gradient, nothing else
