@@ -101,10 +101,10 @@ class OverflowDetector(abc.ABC):
     name = None
 
     def observe_scaled_gradients(self, grads):  # pylint: disable=unused-argument
-        """(op to run before the gradients are unscaled or None, float32 flag or None).
+        """(tensor the read must wait for or None, float32 flag or None).
 
         The flag (1 = overflow) stands for these gradients at the read; None means the
-        register covers them.
+        register covers them. Nothing here delays the unscaling of the gradients.
         """
         return None, None
 
@@ -228,7 +228,9 @@ class EmulationDetector(_RegisterDetector):
             return None, nonfinite_flag(grads)
         # Saturation events inside the model were recorded by saturate(); IEEE infs and NaNs of
         # code outside it are recorded here, with one read pass over the scaled gradients.
-        return emulation.record(nonfinite_flag(grads) > 0), None
+        flag = nonfinite_flag(grads)
+        with tf.control_dependencies([emulation.record(flag > 0)]):
+            return tf.identity(flag), None
 
 
 class NpuDetector(_RegisterDetector):

@@ -17,6 +17,22 @@ class OverflowInvisibleWarning(UserWarning):
     """The chosen detection backend cannot see the overflows this graph produces."""
 
 
+def _reached(tensors, targets):
+    """Ids of the ``targets`` tensors that ``tensors`` are computed from (one graph walk)."""
+    found, seen = set(), set()
+    stack = [t for t in tensors if not isinstance(t, (tf.Variable,)) and hasattr(t, "op")]
+    while stack and len(found) < len(targets):
+        t = stack.pop()
+        if id(t) in targets:
+            found.add(id(t))
+        op = t.op
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        stack.extend(op.inputs)
+    return found
+
+
 class _Counter:
     """An int64 counter kept in a one-entry hash table.
 
@@ -273,9 +289,10 @@ class NPULossScaleOptimizer(_Base):
     def _var_key(var):
         return var.ref() if hasattr(var, "ref") else id(var)
 
-    def _mark_observed(self, variables, flag):
-        """Remembers, in the graph being built, that the gradients of ``variables`` were checked
-        in scaled form (``flag``: their overflow flag, or None when the register covers them)."""
+    def _mark_observed(self, grads_and_vars, check):
+        """Remembers, in the graph being built, that these gradients were checked in scaled form
+        (``check``: (tensor the read waits for or None, their overflow flag or None when the
+        register covers them))."""
         if tf.executing_eagerly():
             return
         graph = tf.compat.v1.get_default_graph()
@@ -284,11 +301,12 @@ class NPULossScaleOptimizer(_Base):
         if marks is None:
             marks = {}
             setattr(graph, attr, marks)
-        for var in variables:
-            marks[self._var_key(var)] = flag
+        for grad, var in grads_and_vars:
+            values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+            marks[self._var_key(var)] = (check, values)
 
     def _split_observed(self, grads_and_vars):
-        """(flags of observed gradients, gradients nothing has checked yet).
+        """(flags of observed gradients, tensors to wait for, gradients nothing checked yet).
 
         A gradient counts as checked when ``compute_gradients`` of this optimizer produced the
         gradient of its variable in the current graph (or a graph around it): clipping or other
@@ -302,19 +320,40 @@ class NPULossScaleOptimizer(_Base):
                 graph = getattr(graph, "outer_graph", None)
             for graph in reversed(chain):
                 marks.update(getattr(graph, self._observed_attr(), {}))
-        flags, unchecked, seen = [], [], set()
+        flags, waits, unchecked, seen = [], [], [], set()
+        pending = []
         for g, v in grads_and_vars:
             if g is None:
                 continue
-            key = self._var_key(v)
-            if key in marks:
-                flag = marks[key]
-                if flag is not None and id(flag) not in seen:
-                    seen.add(id(flag))
-                    flags.append(flag)
-            else:
+            mark = marks.get(self._var_key(v))
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            if mark is None:
                 unchecked.append(g)
-        return flags, unchecked
+            elif mark[1] is values:
+                self._use_check(mark[0], flags, waits, seen)
+            else:
+                pending.append((g, mark))
+        if pending:
+            # Gradients computed from the checked ones (clipped, scaled...) in this run are
+            # covered; anything else (say an accumulator variable) is checked at the read.
+            reached = _reached(
+                [g.values if isinstance(g, tf.IndexedSlices) else g for g, _ in pending],
+                {id(mark[1]) for _, mark in pending})
+            for g, mark in pending:
+                if id(mark[1]) in reached:
+                    self._use_check(mark[0], flags, waits, seen)
+                else:
+                    unchecked.append(g)
+        return flags, waits, unchecked
+
+    @staticmethod
+    def _use_check(check, flags, waits, seen):
+        if id(check) in seen:
+            return
+        seen.add(id(check))
+        wait, flag = check
+        flags += [flag] if flag is not None else []
+        waits += [wait] if wait is not None else []
 
     # -- gradients ----------------------------------------------------------------------------
     def _doing_dynamic_loss_scaling(self):
@@ -349,11 +388,12 @@ class NPULossScaleOptimizer(_Base):
         variables = [v for g, v in grads_and_vars if g is not None]
         if not self._check_overflow:
             return list(zip(self._unscale_grads(grads), [v for _, v in grads_and_vars]))
-        # The check of the scaled gradients: one read pass (or none: the npu register).
-        observed, flag = self._detector.observe_scaled_gradients(grads)
-        with tf.control_dependencies([observed] if observed is not None else []):
-            unscaled = self._unscale_grads(grads)
-        self._mark_observed(variables, flag)
+        # The check of the scaled gradients: one read pass (or none: the npu register). It runs
+        # beside the unscaling (nothing waits for it but the read in apply_gradients).
+        wait, flag = self._detector.observe_scaled_gradients(grads)
+        unscaled = self._unscale_grads(grads)
+        self._mark_observed([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
+                             if g is not None], (wait, flag))
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
     def _scale_grad(self, grad, loss_scale_reciprocal):
@@ -426,11 +466,11 @@ class NPULossScaleOptimizer(_Base):
     def _replica_status(self, grads_and_vars, reader, observed):
         grads = [g for g, _ in grads_and_vars if g is not None]
         if observed:
-            flags, unchecked = self._split_observed(grads_and_vars)
+            flags, waits, unchecked = self._split_observed(grads_and_vars)
         else:
-            flags, unchecked = [], grads
+            flags, waits, unchecked = [], [], grads
         return self._detector.read_status(unchecked, reader=reader, known_flags=flags,
-                                          wait_for=grads)
+                                          wait_for=grads + waits)
 
     def _read_and_agree(self, distribution, grads_and_vars, state, observed):
         """(status agreed across replicas and ranks, ops that clear what was read)."""
