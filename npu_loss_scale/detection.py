@@ -73,7 +73,13 @@ def nonfinite_flag(grads):
 
 
 def _status(flags):
-    return tf.reshape(tf.stack(list(flags)), [-1])
+    """float32[1]: the sum of the flags (0 = nothing overflowed). Always one entry, so replicas
+    that checked their gradients in different ways still have statuses of one shape."""
+    flags = list(flags)
+    if not flags:
+        return tf.zeros([1], tf.float32)
+    total = flags[0] if len(flags) == 1 else tf.add_n(flags)
+    return tf.reshape(total, [1])
 
 
 def _grad_tensors(grads):
@@ -180,7 +186,7 @@ class _RegisterDetector(OverflowDetector):
         extra = list(known_flags)
         if self._check_finite_too() and grads:
             extra.append(nonfinite_flag(grads))
-        if extra:
+        if self._check_finite_too() or extra:
             return tf.concat([words, _status(extra)], axis=0)
         return words
 

@@ -201,7 +201,8 @@ ABSL_SCRIPT = textwrap.dedent("""
                 sess.run(train, {boost: 1e5})
             for _ in range(ACCUMULATION):
                 sess.run(train)
-            print("RESULT", sess.run([gs, opt.skipped_steps, "loss_scale:0"]), sess.run(w))
+            step, skipped, scale = sess.run([gs, opt.skipped_steps, "loss_scale:0"])
+            print("RESULT", [int(step), int(skipped), float(scale)], sess.run(w))
 
     app.run(main)
 """)
