@@ -12,14 +12,15 @@ Example::
     train_op = opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
 """
 from . import emulation
-from .detection import BACKEND_NAMES, ENV_VAR as BACKEND_ENV_VAR, get_backend_name
+from .detection import (BACKEND_NAMES, ENV_VAR as BACKEND_ENV_VAR, clear_overflow_status,
+                        get_backend_name)
 from .emulation import get_device_sat_mode, is_inf_nan_enabled, saturate, set_device_sat_mode
 from .optimizer import NPULossScaleOptimizer
 from .policy import ExponentialUpdateLossScaleManager, FixedLossScaleManager, LossScaleManager
 from .megatron_scalers import ConstantGradScaler, DynamicGradScaler, MegatronGradScaler
 from .mixed_precision import MegatronGradientProcessor, MegatronMixedPrecisionOptimizer
 from .flags import loss_scale_manager_from_flag
-from .hooks import LossScaleHook
+from .hooks import LossScaleHook, OverflowStatusClearHook
 from .schedules import WarmupDecaySchedule, warmup_decay_learning_rate
 from .schedules import (OptimizerParamScheduler, ParamGroupOptimizer, ParamGroupOverride,
                         combine_param_group_overrides, param_group_override_to_tuple)
@@ -31,7 +32,8 @@ __all__ = [
     "NPULossScaleOptimizer", "LossScaleManager", "FixedLossScaleManager",
     "ExponentialUpdateLossScaleManager", "get_backend_name", "BACKEND_NAMES", "BACKEND_ENV_VAR",
     "emulation", "saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
-    "loss_scale_manager_from_flag", "LossScaleHook", "WarmupDecaySchedule",
+    "loss_scale_manager_from_flag", "LossScaleHook", "OverflowStatusClearHook",
+    "clear_overflow_status", "WarmupDecaySchedule",
     "warmup_decay_learning_rate",
     "MegatronGradScaler", "ConstantGradScaler", "DynamicGradScaler",
     "MegatronMixedPrecisionOptimizer", "MegatronGradientProcessor",

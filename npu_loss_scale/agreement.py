@@ -136,6 +136,12 @@ class StrategyAgreement(Agreement):
     name = "strategy"
 
     def reduce(self, status):
+        if not tf.distribute.has_strategy():
+            raise RuntimeError(
+                "agreement='strategy' needs a tf.distribute strategy in scope when the train op "
+                "is built (build it inside strategy.scope() / strategy.run); none is, so ranks "
+                "would not agree. Pass agreement='horovod', 'hccl' or 'collective' instead, or "
+                "leave agreement=None to discover one.")
         return status
 
 

@@ -18,17 +18,25 @@ real). :func:`get_backend_name` says which one applies.
 
 Each backend takes part in a training step at these points::
 
-    begin_step(loss)                -> op run before the gradients are computed (clears the register)
-    observe_scaled_gradients(grads) -> op run on the still-scaled gradients (the device sees these);
-                                       called once the step's gradients are built
-    read_status(grads)              -> float32 vector, all zeros <=> no overflow; read only after
-                                       every gradient exists
-    end_step(status)                -> op run after the read (clears the register again)
+    observe_scaled_gradients(grads) -> op run on the still-scaled gradients (the device sees these),
+                                       or None
+    reader()                        -> a handle for one reader (one optimizer in one graph)
+    read_status(grads, reader)      -> float32 vector, all zeros <=> no overflow since this
+                                       reader's previous read; read only after every gradient
+    end_step(status, reader)        -> op run after the read: clears what was read
+    clear()                         -> op that clears the register (evaluation and prediction
+                                       paths run it: see :func:`npu_loss_scale.clear_overflow_status`)
 
-Both overflow modes take the same path: in INF/NaN mode the register backends still clear the
-register at the same points, but ``read_status`` answers from an IEEE inf/NaN test of the
-gradients, as the device's register is not meant to be read in that mode (legitimate infs, such
-as -inf attention masks, would set it). The mode is read when the train op is built.
+The register is sticky from one read to the next, across ``session.run`` calls, as on the
+device: nothing clears it when gradients start being computed, so the overflow of an earlier
+micro-batch of an accumulation is still there when the step reads it. Overflow of an evaluation
+run is still there too: evaluation paths clear it themselves (:class:`npu_loss_scale.LossScaleHook`
+in evaluation mode, :func:`npu_loss_scale.clear_overflow_status`).
+
+Both overflow modes take the same path: in INF/NaN mode ``read_status`` answers from an IEEE
+inf/NaN test of the gradients, as the device's register is not meant to be read in that mode
+(legitimate infs, such as -inf attention masks, would set it). The mode is read when the train op
+is built.
 """
 import abc
 import importlib
@@ -45,25 +53,52 @@ _as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
 BACKEND_NAMES = ("npu", "emulation", "inf_nan")
 
 
-def _nonfinite_count(grads):
-    """float32 scalar: how many of ``grads`` hold an inf or a NaN (None entries ignored)."""
-    checks = [tf.logical_not(tf.reduce_all(tf.math.is_finite(values)))
-              for values in emulation.floating_values(grads)]
-    if not checks:
+def nonfinite_flag(grads):
+    """float32 scalar: 1 when some gradient holds an inf or a NaN, else 0 (None entries ignored).
+
+    One read pass over the gradients and no temporary: each tensor is summed (in float32 or
+    float64) and the per-tensor sums are reduced once. An inf or NaN anywhere makes the sum
+    non-finite. A sum of finite values overflows only for values around 1e31 and more; such a
+    step is skipped too (the loss scale then comes down), which never lets an overflow through.
+    """
+    sums = []
+    for values in emulation.floating_values(grads):
+        if values.dtype not in (tf.float32, tf.float64):
+            values = tf.cast(values, tf.float32)
+        sums.append(tf.cast(tf.reduce_sum(values), tf.float32))
+    if not sums:
         return tf.zeros([], tf.float32)
-    return tf.reduce_sum(tf.cast(tf.stack(checks), tf.float32))
+    total = sums[0] if len(sums) == 1 else tf.add_n(sums)
+    return tf.cast(tf.logical_not(tf.math.is_finite(total)), tf.float32)
+
+
+def _status(flags):
+    """float32[1]: the sum of the flags (0 = nothing overflowed). Always one entry, so replicas
+    that checked their gradients in different ways still have statuses of one shape."""
+    flags = list(flags)
+    if not flags:
+        return tf.zeros([1], tf.float32)
+    total = flags[0] if len(flags) == 1 else tf.add_n(flags)
+    return tf.reshape(total, [1])
 
 
 def _grad_tensors(grads):
+    """The tensors a status read must wait for, usable as control inputs in the current graph.
+
+    A gradient built outside the graph being built (``apply_gradients`` inside a ``tf.cond``
+    branch) goes through an identity made here: a control dependency on an outer tensor is not
+    kept once TensorFlow lowers the cond to Switch/Merge, and the read would run as soon as the
+    predicate is known, before the gradients (and the saturation events they wait for).
+    """
     out = []
     for g in grads:
         if g is None:
             continue
-        if isinstance(g, tf.IndexedSlices):
-            out.extend([g.values, g.indices])
-        else:
-            out.append(g)
-    return out
+        out.extend([g.values, g.indices] if isinstance(g, tf.IndexedSlices) else [g])
+    if tf.executing_eagerly():
+        return []
+    graph = tf.compat.v1.get_default_graph()
+    return [t if getattr(t, "graph", graph) is graph else tf.identity(t) for t in out]
 
 
 class OverflowDetector(abc.ABC):
@@ -71,32 +106,43 @@ class OverflowDetector(abc.ABC):
 
     name = None
 
-    def begin_step(self, loss):  # pylint: disable=unused-argument
-        return None
-
     def observe_scaled_gradients(self, grads):  # pylint: disable=unused-argument
+        """(tensor the read must wait for or None, float32 flag or None).
+
+        The flag (1 = overflow) stands for these gradients at the read; None means the
+        register covers them. Nothing here delays the unscaling of the gradients.
+        """
+        return None, None
+
+    def reader(self):
+        """A reader handle for :meth:`read_status` and :meth:`end_step` (built once per graph)."""
         return None
 
     @abc.abstractmethod
-    def read_status(self, grads, observed=()):
-        """float32 vector whose entries are all zero exactly when nothing overflowed."""
+    def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
+        """float32 vector whose entries are all zero exactly when nothing overflowed.
 
-    def end_step(self, status):  # pylint: disable=unused-argument
+        ``grads``: gradients to check that no observation covers; ``known_flags``: flags of
+        gradients observed in scaled form (no second pass over them); ``wait_for``: tensors the
+        read must run after (every gradient of the step).
+        """
+
+    def end_step(self, status, reader=None):  # pylint: disable=unused-argument
+        return None
+
+    def clear(self):
+        """Op that clears the overflow status (None when the backend keeps none)."""
         return None
 
     def __repr__(self):
         return "<%s backend>" % self.name
 
 
-def _ref(grad):
-    """A hashable key for a gradient (dense tensor or IndexedSlices)."""
-    values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
-    return values.ref() if hasattr(values, "ref") else id(values)
-
-
-def observed_refs(grads):
-    """Keys of ``grads`` for ``read_status(..., observed=...)``."""
-    return {_ref(g) for g in grads if g is not None}
+def _ieee_status(grads, known_flags):
+    flags = list(known_flags)
+    if grads or not flags:
+        flags.append(nonfinite_flag(grads))
+    return _status(flags)
 
 
 class InfNanDetector(OverflowDetector):
@@ -104,57 +150,78 @@ class InfNanDetector(OverflowDetector):
 
     name = "inf_nan"
 
-    def read_status(self, grads, observed=()):
-        return tf.reshape(_nonfinite_count(grads), [1])
+    def observe_scaled_gradients(self, grads):
+        return None, nonfinite_flag(grads)
+
+    def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
+        return _ieee_status(grads, known_flags)
 
 
 class _RegisterDetector(OverflowDetector):
     """Detection through a float-status register (emulated or real), read after all gradients."""
 
-    def _ops(self):
-        """(get_status, clear_status) callables of this backend."""
+    def _get(self, reader):
+        raise NotImplementedError
+
+    def _clear_read(self, reader):
         raise NotImplementedError
 
     def _inf_nan_mode(self):
         raise NotImplementedError
 
     def _check_finite_too(self):
-        """In saturation mode, also count IEEE infs/NaNs in the gradients."""
+        """In saturation mode, also count IEEE infs/NaNs in gradients no observation covers."""
         return False
 
-    def read_status(self, grads, observed=()):
+    def observe_scaled_gradients(self, grads):
         if self._inf_nan_mode():
-            return tf.reshape(_nonfinite_count(grads), [1])
-        get_status, _ = self._ops()
-        with tf.control_dependencies(_grad_tensors(grads)):
-            words = tf.cast(get_status(), tf.float32)
-        if self._check_finite_too():
-            # Gradients whose scaled form went through observe_scaled_gradients are already in
-            # the register (unscaling cannot create an inf or NaN): count only the others.
-            unobserved = [g for g in grads if g is not None and _ref(g) not in observed]
-            return tf.concat([words, tf.reshape(_nonfinite_count(unobserved), [1])], axis=0)
+            return None, nonfinite_flag(grads)
+        return None, None
+
+    def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
+        if self._inf_nan_mode():
+            return _ieee_status(grads, known_flags)
+        with tf.control_dependencies(_grad_tensors(list(wait_for) or grads)):
+            words = tf.cast(self._get(reader), tf.float32)
+        extra = list(known_flags)
+        if self._check_finite_too() and grads:
+            extra.append(nonfinite_flag(grads))
+        if self._check_finite_too() or extra:
+            return tf.concat([words, _status(extra)], axis=0)
         return words
 
-    def end_step(self, status):
-        _, clear_status = self._ops()
+    def end_step(self, status, reader=None):
         with tf.control_dependencies([status]):
-            return clear_status()
+            return self._clear_read(reader)
 
 
 class EmulationDetector(_RegisterDetector):
     """The CPU emulation of the Ascend register (see :mod:`npu_loss_scale.emulation`).
 
-    ``begin_step`` clears the register but keeps the saturation events of the forward pass that
-    feeds the loss (they may have run before the clear); every saturation event built while the
-    step's gradients are being built is ordered after the clear. ``read_status`` reads the register
-    and, because code outside :func:`~npu_loss_scale.emulation.saturate` still produces IEEE infs
-    and NaNs on a CPU, also counts non-finite gradients.
+    Each optimizer reads and clears a slot of the register of its own (its ``reader``); every
+    overflow is recorded in all slots, so optimizers whose train ops run in one ``session.run``
+    each see every overflow since their own previous read. Because code outside
+    :func:`~npu_loss_scale.emulation.saturate` still produces IEEE infs and NaNs on a CPU, the
+    scaled gradients are checked for them in one read pass when ``compute_gradients`` builds
+    them (the result goes into the register), and gradients no such check covers are checked
+    at the read.
     """
 
     name = "emulation"
 
-    def _ops(self):
-        return emulation.npu_get_float_status_v2, emulation.npu_clear_float_status_v2
+    def reader(self):
+        return emulation.allocate_reader_slot()
+
+    def _get(self, reader):
+        return emulation.read_slot(0 if reader is None else reader)
+
+    def _clear_read(self, reader):
+        if reader is None:
+            return emulation.npu_clear_float_status_v2()
+        return emulation.clear_slot(reader)
+
+    def clear(self):
+        return emulation.npu_clear_float_status_v2()
 
     def _inf_nan_mode(self):
         return emulation.is_inf_nan_enabled()
@@ -162,19 +229,14 @@ class EmulationDetector(_RegisterDetector):
     def _check_finite_too(self):
         return True
 
-    def begin_step(self, loss):
-        tensors = [loss] if isinstance(loss, tf.Tensor) else []
-        begin = emulation.clear_keeping(emulation.forward_events_feeding(tensors))
-        emulation.start_step(begin)
-        return begin
-
     def observe_scaled_gradients(self, grads):
-        try:
-            if self._inf_nan_mode():
-                return None  # IEEE mode: a gradient at ±MAX is a value, not an overflow
-            return emulation.record_scaled_gradients(grads)
-        finally:
-            emulation.end_step()
+        if self._inf_nan_mode():
+            return None, nonfinite_flag(grads)
+        # Saturation events inside the model were recorded by saturate(); IEEE infs and NaNs of
+        # code outside it are recorded here, with one read pass over the scaled gradients.
+        flag = nonfinite_flag(grads)
+        with tf.control_dependencies([emulation.record(flag > 0)]):
+            return tf.identity(flag), None
 
 
 class NpuDetector(_RegisterDetector):
@@ -182,7 +244,9 @@ class NpuDetector(_RegisterDetector):
 
     Status ops come from ``npu_bridge.helper.helper.get_gen_ops()`` (``npu_get_float_status_v2``,
     ``npu_clear_float_status_v2``), the overflow mode from
-    ``npu_bridge.estimator.npu.npu_plugin.is_inf_nan_enabled()``.
+    ``npu_bridge.estimator.npu.npu_plugin.is_inf_nan_enabled()``. The device has one register:
+    two optimizers whose train ops run in the same ``session.run`` share it (the first read
+    clears what the second would have seen); run them in separate runs on the device.
     """
 
     name = "npu"
@@ -190,14 +254,17 @@ class NpuDetector(_RegisterDetector):
     def __init__(self):
         self._gen_ops = _npu_bridge_gen_ops()
 
-    def _ops(self):
-        return self._gen_ops.npu_get_float_status_v2, self._gen_ops.npu_clear_float_status_v2
+    def _get(self, reader):
+        return self._gen_ops.npu_get_float_status_v2()
+
+    def _clear_read(self, reader):
+        return self._gen_ops.npu_clear_float_status_v2()
+
+    def clear(self):
+        return self._gen_ops.npu_clear_float_status_v2()
 
     def _inf_nan_mode(self):
         return npu_is_inf_nan_enabled()
-
-    def begin_step(self, loss):  # pylint: disable=unused-argument
-        return self._gen_ops.npu_clear_float_status_v2()
 
 
 # -- npu_bridge access (lazy) --------------------------------------------------------------------
@@ -300,3 +367,34 @@ def make_detector(backend=None):
     if isinstance(backend, OverflowDetector):
         return backend
     return _FACTORIES[get_backend_name(backend)]()
+
+
+def clear_overflow_status(backend=None, after=None, name="clear_overflow_status"):
+    """Clears the overflow status register; evaluation and prediction paths run it.
+
+    The register is sticky from one read of a training step to the next, as on the device, so
+    an overflow of an evaluation or prediction run would make the next training step skip. Run
+    this after such runs (or fetch it with them: ``after=`` the evaluation's tensors orders the
+    clear after them). In graph mode it returns the op (a no-op for ``inf_nan``, which keeps no
+    register); in eager mode it clears at once and returns None.
+
+    Example::
+
+        acc = evaluate_tower(...)                       # may overflow in saturation mode
+        clear = npu_loss_scale.clear_overflow_status(after=[acc])
+        value, _ = sess.run([acc, clear])
+
+    Args:
+      backend: ``npu``, ``emulation`` or ``inf_nan``; default :func:`get_backend_name`.
+      after: tensors or ops the clear must wait for.
+      name: the op's name.
+    """
+    detector = make_detector(backend)
+    deps = [a for a in tf.nest.flatten(after)] if after is not None else []
+    with tf.control_dependencies(deps):
+        op = detector.clear()
+        if op is None:
+            op = tf.no_op()
+        if tf.executing_eagerly():
+            return None
+        return tf.group(op, name=name)

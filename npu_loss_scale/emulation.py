@@ -131,12 +131,11 @@ def is_inf_nan_enabled():
 
 # -- per-graph state -----------------------------------------------------------------------------
 class _State:
-    """What the emulation keeps for one graph (or for eager execution)."""
+    """What the emulation keeps for one outermost graph (or for eager execution)."""
 
     def __init__(self):
         self.registers = {}        # replica id -> MutableHashTable
-        self.forward_events = []   # (saturated tensor, overflowed?, nan seen?) made in this graph
-        self.step_starts = {}      # replica id -> op that starts the step being built
+        self.next_reader = 1       # the next reader slot handed out (slot 0 is the device view)
 
 
 _eager_state = _State()
@@ -179,49 +178,68 @@ def _replica_id():
 
 
 # -- the register --------------------------------------------------------------------------------
+# The emulated register has READER_SLOTS copies ("slots") of the eight status words. Every
+# overflow sets its word in all slots. Slot 0 is the device's register as scripts see it
+# (npu_get_float_status_v2 reads it); each loss-scale optimizer reads and clears a slot of its
+# own, so two optimizers whose train ops run in one session.run both see every overflow since
+# their own previous read (on the device they would race for one register). A device clear
+# (npu_clear_float_status_v2, clear_overflow_status) clears every slot.
+READER_SLOTS = 16
+
+
+@_as_is
 def _register():
     """The register the ops being built use: a small int32 -> int32 mutable hash table.
 
-    It lives in the outermost graph (the one ``tf.init_scope`` reaches: the v1 graph, or eager
-    execution for ``tf.function``s), so every function, cond branch and loop body of a graph
-    shares it. A hash table rather than a variable: it needs no initializer (scripts that only run
-    ``global_variables_initializer`` keep working) and is not written into checkpoints, so a
-    checkpoint made with or without emulation restores either way.
+    It lives in the outermost graph (the v1 graph a session runs, or eager execution for
+    ``tf.function``s; see :mod:`npu_loss_scale._graphs`), so every function, cond branch and loop
+    body of a graph shares it. A hash table rather than a variable: it needs no initializer
+    (scripts that only run ``global_variables_initializer`` keep working) and is not written into
+    checkpoints, so a checkpoint made with or without emulation restores either way.
     """
     replica = _replica_id()
-    with tf.init_scope():
-        outer = _current_graph()
-        state = _state_of(outer)
-        table = state.registers.get(replica)
-        if table is None:
-            with _lock:
-                table = state.registers.get(replica)
-                if table is None:
-                    with tf.control_dependencies(None), tf.device("/device:CPU:0"):
-                        table = tf.lookup.experimental.MutableHashTable(
-                            key_dtype=tf.int32, value_dtype=tf.int32, default_value=0,
-                            checkpoint=False, name="npu_float_status_register")
-                    state.registers[replica] = table
+    outer = _graphs.outermost_graph()
+    state = _state_of(outer)
+    table = state.registers.get(replica)
+    if table is None:
+        with _lock:
+            table = state.registers.get(replica)
+            if table is None:
+                with _graphs.outer_scope(outer), tf.device("/device:CPU:0"):
+                    table = tf.lookup.experimental.MutableHashTable(
+                        key_dtype=tf.int32, value_dtype=tf.int32, default_value=0,
+                        checkpoint=False, name="npu_float_status_register")
+                state.registers[replica] = table
     return table
 
 
-def _word_keys():
-    return tf.range(STATUS_WORDS, dtype=tf.int32)
+def allocate_reader_slot():
+    """A register slot of its own for one reader (a loss-scale optimizer) in this graph.
+
+    In a graph the slot starts clear with the graph's register. In eager execution (where the
+    register lives as long as the process) the slot is cleared now: the new reader sees the
+    overflows from its creation on.
+    """
+    outer = _graphs.outermost_graph()
+    state = _state_of(outer)
+    with _lock:
+        slot = state.next_reader
+        state.next_reader = slot + 1 if slot + 1 < READER_SLOTS else 1
+    if outer is None:
+        with tf.init_scope():
+            clear_slot(slot)
+    return slot
 
 
-def _step_start_here():
-    """The start op of the training step whose gradients are being built in this graph, if any."""
-    graph = _current_graph()
-    if graph is None:
-        return None
-    start = _state_of(graph).step_starts.get(_replica_id())
-    if start is None:
-        return None
-    # Inside a TF1 while loop or cond, leave ordering to the control-flow construct.
-    get_context = getattr(graph, "_get_control_flow_context", None)
-    if get_context is not None and get_context() is not None:
-        return None
-    return start
+def _slot_keys(slot):
+    return tf.range(slot * STATUS_WORDS, (slot + 1) * STATUS_WORDS, dtype=tf.int32)
+
+
+def _all_keys():
+    return tf.range(READER_SLOTS * STATUS_WORDS, dtype=tf.int32)
+
+
+_SCRATCH = READER_SLOTS * STATUS_WORDS  # a key that is never read
 
 
 @_as_is
@@ -229,9 +247,8 @@ def record(overflowed, nan_seen=None):
     """Sets the register's overflow word if ``overflowed`` (and its NaN word if ``nan_seen``).
 
     Writes are branch-free and can only set words, never clear them, so concurrent writers
-    cannot lose an overflow. A record built while a training step's gradients are being built
-    (between ``begin_step`` and ``observe_scaled_gradients`` of the emulation backend) runs after
-    that step's clear. Returns the op.
+    cannot lose an overflow. The register is sticky: what is recorded stays until a read of a
+    loss-scale optimizer (its own slot) or a device clear. Returns the op.
     """
     table = _register()
     flags = [tf.convert_to_tensor(overflowed, tf.bool)]
@@ -239,11 +256,23 @@ def record(overflowed, nan_seen=None):
     if nan_seen is not None:
         flags.append(tf.convert_to_tensor(nan_seen, tf.bool))
         words.append(_NAN_WORD)
-    start = _step_start_here()
-    with tf.control_dependencies([start] if start is not None else []):
-        keys = tf.where(tf.stack(flags), tf.constant(words, tf.int32),
-                        tf.fill([len(words)], tf.constant(_SCRATCH_KEY, tf.int32)))
-        return table.insert(keys, tf.ones([len(words)], tf.int32), name="record_float_status")
+    keys = [[slot * STATUS_WORDS + w for slot in range(READER_SLOTS)] for w in words]
+    keys = tf.where(tf.stack(flags)[:, None], tf.constant(keys, tf.int32),
+                    tf.constant(_SCRATCH, tf.int32))
+    keys = tf.reshape(keys, [-1])
+    return table.insert(keys, tf.ones_like(keys), name="record_float_status")
+
+
+@_as_is
+def read_slot(slot, name=None):
+    """Reads one slot of the register: int32[8] (slot 0 is what npu_get_float_status_v2 reads)."""
+    return tf.identity(_register().lookup(_slot_keys(slot)), name=name)
+
+
+@_as_is
+def clear_slot(slot, name=None):
+    """Clears one slot of the register. Returns the op."""
+    return _register().insert(_slot_keys(slot), tf.zeros([STATUS_WORDS], tf.int32), name=name)
 
 
 @_as_is
@@ -253,13 +282,13 @@ def npu_get_float_status_v2(name=None):
     As with the device op, ordering is the caller's: build it under
     ``tf.control_dependencies(gradients)`` to read after the gradients exist.
     """
-    return tf.identity(_register().lookup(_word_keys()), name=name or "npu_get_float_status_v2")
+    return read_slot(0, name=name or "npu_get_float_status_v2")
 
 
 @_as_is
 def npu_clear_float_status_v2(name=None):
-    """Clears the register (all eight words to zero). Returns the op."""
-    return _register().insert(_word_keys(), tf.zeros([STATUS_WORDS], tf.int32),
+    """Clears the register (all eight words to zero, for every reader). Returns the op."""
+    return _register().insert(_all_keys(), tf.zeros([READER_SLOTS * STATUS_WORDS], tf.int32),
                               name=name or "npu_clear_float_status_v2")
 
 
@@ -341,6 +370,8 @@ def _saturate(x, name=None):
 
 
 def _saturate_gradient(dy):
+    if dy is None:
+        return None
     if isinstance(dy, tf.IndexedSlices):
         return tf.IndexedSlices(_saturate_gradient(dy.values), dy.indices, dy.dense_shape)
     dy = tf.convert_to_tensor(dy)
@@ -349,94 +380,51 @@ def _saturate_gradient(dy):
         return tf.identity(dy_sat)
 
 
-@tf.custom_gradient
+# One gradient function for every saturate() in every graph, registered once. (tf.custom_gradient
+# registers a new one per call in graph mode, and TensorFlow's registry keeps each alive for
+# ever, with the graph it closes over.) The forward pass builds IdentityN([y, x]) under a gradient
+# override: output 0 is the saturated value, and the gradient reaching it goes to x, saturated.
+_GRADIENT_NAME = "NpuLossScaleSaturate"
+
+
+def _backward(dy, unused_dx=None):  # pylint: disable=unused-argument
+    return [None, _saturate_gradient(dy)]
+
+
+@tf.RegisterGradient(_GRADIENT_NAME)
+def _saturate_registered_gradient(unused_op, dy, dx):  # pylint: disable=unused-argument
+    return _backward(dy)
+
+
+def _record_on_tape(outputs, inputs):
+    try:
+        from tensorflow.python.eager import record as tape  # pylint: disable=import-outside-toplevel
+    except ImportError:  # pragma: no cover - present in TF 2.15 and 2.21
+        return
+    tape.record_operation("NpuLossScaleSaturate", outputs, inputs, _backward)
+
+
 def _saturate_with_grad(x):
     y, over, nan = _saturate_values(x)
     with tf.control_dependencies([record(over, nan)]):
         y = tf.identity(y)
-    if not tf.executing_eagerly():
-        _state_of(y.graph).forward_events.append((y, over, nan))
-    return y, _saturate_gradient
+    if tf.executing_eagerly():
+        return _eager_saturate(x, y)
+    graph = tf.compat.v1.get_default_graph()
+    with graph.gradient_override_map({"IdentityN": _GRADIENT_NAME}):
+        out = tf.raw_ops.IdentityN(input=[tf.stop_gradient(y), x])
+    _record_on_tape(out, [y, x])
+    return out[0]
 
 
-# -- training-step boundaries (used by the emulation detection backend) --------------------------
-@_as_is
-def forward_events_feeding(tensors):
-    """The forward saturation events (overflow, nan) of this graph that feed ``tensors``.
-
-    The optimizer clears the register when a training step's gradient computation starts; events
-    of that step's own forward pass, which may already have run, are folded back in so they are
-    not lost (see :func:`clear_keeping`). Events of unrelated subgraphs (an evaluation tower) are
-    left out, so their overflow is not blamed on the training step.
-    """
-    tensors = [t for t in tensors if isinstance(t, tf.Tensor) and not _is_eager_tensor(t)]
-    if not tensors:
-        return []
-    events = _state_of(tensors[0].graph).forward_events
-    if not events:
-        return []
-    wanted = _ancestor_op_ids(tensors)
-    return [(over, nan) for (y, over, nan) in events if id(y.op) in wanted]
+def _eager_saturate(x, y):
+    @tf.custom_gradient
+    def passthrough(value):
+        return tf.identity(y), lambda dy: _saturate_gradient(dy)
+    return passthrough(x)
 
 
-def _is_eager_tensor(t):
-    try:
-        t.graph  # pylint: disable=pointless-statement
-    except AttributeError:
-        return True
-    return False
-
-
-def _ancestor_op_ids(tensors):
-    seen = set()
-    stack = [t.op for t in tensors]
-    while stack:
-        op = stack.pop()
-        if id(op) in seen:
-            continue
-        seen.add(id(op))
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return seen
-
-
-@_as_is
-def clear_keeping(events, name=None):
-    """Clears the register, then leaves set the words of the given forward ``events``.
-
-    The op reads the events, so it runs after the forward pass that produced them.
-    """
-    if not events:
-        return npu_clear_float_status_v2(name=name)
-    over = tf.reduce_any(tf.stack([e[0] for e in events]))
-    nan = tf.reduce_any(tf.stack([e[1] for e in events]))
-    words = tf.concat([tf.cast(tf.stack([over, nan]), tf.int32),
-                       tf.zeros([STATUS_WORDS - 2], tf.int32)], axis=0)
-    return _register().insert(_word_keys(), words, name=name or "npu_clear_float_status_v2")
-
-
-@_as_is
-def start_step(op):
-    """Orders after ``op`` every record built in this graph until :func:`end_step`.
-
-    The emulation backend calls it with the op that clears the register at the start of a
-    training step, and :func:`end_step` once that step's gradients are built: a saturation event
-    of the backward pass (which may not otherwise depend on the clear) cannot run before the
-    clear and be erased by it. Records built later (an evaluation tower) stay independent.
-    """
-    graph = _current_graph()
-    if graph is not None and op is not None:
-        _state_of(graph).step_starts[_replica_id()] = op
-
-
-@_as_is
-def end_step():
-    """Ends what :func:`start_step` started (no-op if nothing was started)."""
-    graph = _current_graph()
-    if graph is not None:
-        _state_of(graph).step_starts.pop(_replica_id(), None)
-
-
+# -- gradients ---------------------------------------------------------------------------------
 def floating_values(grads):
     """The value tensors of the floating-point gradients in ``grads`` (None entries skipped;
     the ``values`` of an ``IndexedSlices``)."""
@@ -473,15 +461,14 @@ def reset_register():
     """
     with _lock:
         _eager_state.registers.clear()
-        _eager_state.step_starts.clear()
+        _eager_state.next_reader = 1
 
 
 # At the end: detection imports this module, and only calls into it, at run time.
-from . import detection  # noqa: E402  pylint: disable=wrong-import-position,cyclic-import
+from . import _graphs, detection  # noqa: E402  pylint: disable=wrong-import-position,cyclic-import
 
 __all__ = ["saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
            "npu_alloc_float_status", "npu_get_float_status", "npu_clear_float_status",
            "npu_get_float_status_v2", "npu_clear_float_status_v2", "record",
-           "record_scaled_gradients", "forward_events_feeding", "clear_keeping", "start_step",
-           "end_step", "reset_register", "SATURATION", "INF_NAN", "STATUS_WORDS",
+           "record_scaled_gradients", "reset_register", "READER_SLOTS", "SATURATION", "INF_NAN", "STATUS_WORDS",
            "MODE_ENV_VAR"]

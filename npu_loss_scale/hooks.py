@@ -1,8 +1,10 @@
 """LossScaleHook: see the loss scale, overflows and skipped steps while training runs.
 
 A ``tf.compat.v1.train.SessionRunHook`` for ``MonitoredTrainingSession`` and Estimators. On every
-training step it fetches, at no extra cost, the loss scale the step used and the step's
-overflow flag; then
+training step it adds a few scalars to the step's own ``session.run`` (no second run): the loss
+scale the step used, the step's overflow flag and, from the optimizer's
+:attr:`~npu_loss_scale.NPULossScaleOptimizer.step_report`, the scale, skipped-step count and
+global step after the step (tensors without side effects); then
 
 * every ``every_n_steps`` training iterations, and on every overflowed (skipped) step, it logs a
   line such as::
@@ -20,7 +22,16 @@ overflow flag; then
 
 Tensors come from the optimizer (``optimizer=`` an :class:`~npu_loss_scale.NPULossScaleOptimizer`
 whose train op is built) or, without it, from the graph by name: ``loss_scale:0``, the op whose
-name ends in ``overflow_status_reduce_all`` and the variable ``skipped_steps``.
+name ends in ``overflow_status_reduce_all`` and the tensor ``skipped_steps`` (read once when
+the session is created; counted from the overflow flag afterwards; the new scale then shows in
+the next step's line).
+
+Evaluation and prediction: the overflow status register is sticky until a training step reads
+it, as on the device, so an evaluation that overflows would make the next training step skip.
+:class:`OverflowStatusClearHook` (for ``evaluation_hooks`` / ``prediction_hooks``, or any
+evaluation session) clears it when the evaluation ends; in a script, fetch
+:func:`npu_loss_scale.clear_overflow_status` (``after=`` the evaluation tensors) with the
+evaluation run.
 
 Example (Estimator ``model_fn``)::
 
@@ -31,7 +42,7 @@ Example (Estimator ``model_fn``)::
 
 import tensorflow as tf
 
-from . import _checks
+from . import _checks, detection
 from .optimizer import FINITE_OP_NAME
 from .policy import LOSS_SCALE_TENSOR_NAME
 
@@ -95,13 +106,21 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
     # -- tensor lookup ----------------------------------------------------------------------
     def _resolve(self, graph):
         opt = self._optimizer
-        tensors = {}
+        tensors = {"next_loss_scale": None, "skipped_after": None, "global_step_after": None}
         if opt is not None:
             tensors["loss_scale"] = opt.loss_scale
             tensors["skipped_steps"] = opt.skipped_steps
             try:
-                tensors["finite"] = opt.overflow_status_reduce_all
+                report = opt.step_report
             except RuntimeError:
+                report = None
+            if report is not None:
+                tensors["loss_scale"] = report["loss_scale"]
+                tensors["finite"] = report["finite"]
+                tensors["next_loss_scale"] = report["next_loss_scale"]
+                tensors["skipped_after"] = report["skipped_steps"]
+                tensors["global_step_after"] = report["global_step"]
+            else:
                 tensors["finite"] = None
         else:
             try:
@@ -112,9 +131,8 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
                                  "manager in this graph")
             finite_op = _find_by_suffix(graph, FINITE_OP_NAME)
             tensors["finite"] = finite_op.outputs[0] if finite_op is not None else None
-            skipped = [v for v in tf.compat.v1.global_variables()
-                       if v.op.name.split("/")[-1] == "skipped_steps"]
-            tensors["skipped_steps"] = skipped[-1] if skipped else None
+            skipped = _find_by_suffix(graph, "skipped_steps")
+            tensors["skipped_steps"] = skipped.outputs[0] if skipped is not None else None
         if tensors["loss_scale"].dtype != tf.float32:
             raise TypeError("the loss scale tensor must be float32; got %s (a resource handle "
                             "instead of the value?)" % tensors["loss_scale"].dtype.name)
@@ -131,7 +149,7 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         self._tensors = self._resolve(graph)
         skipped = self._tensors["skipped_steps"]
         step = self._tensors["global_step"]
-        # Values read after a step, in a separate small run so they are the post-step values.
+        # Read once when the session is created; afterwards each step's own run reports them.
         self._post = {"loss_scale": self._tensors["loss_scale"]}
         if skipped is not None:
             self._post["skipped_steps"] = tf.convert_to_tensor(skipped)
@@ -144,18 +162,18 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         state = session.run(self._post)
         self.skipped_steps = int(state.get("skipped_steps", 0))
         self._last_scale = float(state["loss_scale"])
-        self._iteration = int(state.get("global_step", 0)) + self.skipped_steps
+        self._global_step = int(state["global_step"]) if "global_step" in state else None
+        self._iteration = (self._global_step or 0) + self.skipped_steps
         self._interval_skipped = 0
 
     def before_run(self, run_context):  # pylint: disable=unused-argument
         fetches = {"loss_scale": self._tensors["loss_scale"]}
-        if self._tensors["finite"] is not None:
-            fetches["finite"] = self._tensors["finite"]
-        if self._tensors["loss"] is not None:
-            fetches["loss"] = self._tensors["loss"]
+        for key in ("finite", "loss", "next_loss_scale", "skipped_after", "global_step_after"):
+            if self._tensors.get(key) is not None:
+                fetches[key] = self._tensors[key]
         return tf.compat.v1.train.SessionRunArgs(fetches)
 
-    def after_run(self, run_context, run_values):
+    def after_run(self, run_context, run_values):  # pylint: disable=unused-argument
         results = run_values.results
         self._iteration += 1
         used_scale = float(results["loss_scale"])
@@ -166,13 +184,16 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         due_log = self._iteration % self._every_n == 0
         due_summary = self._writer is not None and (
             overflow or self._iteration % self._summary_every_n == 0)
-        post = run_context.session.run(self._post)
-        new_scale = float(post["loss_scale"])
-        if "skipped_steps" in post:
-            self.skipped_steps = int(post["skipped_steps"])
+        new_scale = float(results.get("next_loss_scale", used_scale))
+        if "skipped_after" in results:
+            self.skipped_steps = int(results["skipped_after"])
         elif overflow:
             self.skipped_steps = (self.skipped_steps or 0) + 1
-        global_step = int(post["global_step"]) if "global_step" in post else None
+        if "global_step_after" in results:
+            self._global_step = int(results["global_step_after"])
+        elif self._global_step is not None and overflow is not None and not overflow:
+            self._global_step += 1
+        global_step = self._global_step
         record = {"iteration": self._iteration, "global_step": global_step,
                   "loss_scale": used_scale, "overflow": overflow,
                   "skipped_steps": self.skipped_steps, "loss": loss}
@@ -237,4 +258,35 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         self._writer.add_summary(tf.compat.v1.Summary(value=values), record["iteration"])
 
 
-__all__ = ["LossScaleHook", "SUMMARY_TAGS"]
+class OverflowStatusClearHook(tf.compat.v1.train.SessionRunHook):
+    """Clears the overflow status register when an evaluation or prediction session ends.
+
+    The register is sticky until a training step reads it (as on the device): an evaluation
+    that overflows would otherwise make the next training step skip. Give this hook to the
+    evaluation and prediction paths (an Estimator's ``evaluation_hooks`` and
+    ``prediction_hooks``, or a ``MonitoredSession`` that evaluates); it runs one clear in
+    ``end()``, after the last evaluation step, and nothing per step.
+
+    Args:
+      backend: the detection backend whose register to clear (default: the one in force, see
+        :func:`npu_loss_scale.get_backend_name`).
+
+    Example::
+
+        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics,
+                                          evaluation_hooks=[OverflowStatusClearHook()])
+    """
+
+    def __init__(self, backend=None):
+        self._backend = detection.get_backend_name(backend)
+        self._clear = None
+
+    def begin(self):
+        self._clear = detection.clear_overflow_status(self._backend)
+
+    def end(self, session):
+        if self._clear is not None:
+            session.run(self._clear)
+
+
+__all__ = ["LossScaleHook", "OverflowStatusClearHook", "SUMMARY_TAGS"]

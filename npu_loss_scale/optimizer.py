@@ -1,10 +1,10 @@
 """NPULossScaleOptimizer: Ascend loss scaling on TensorFlow's own loss-scale optimizer."""
 import sys
-import threading
+import warnings
 
 import tensorflow as tf
 
-from . import _checks, agreement as agreement_lib, detection
+from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
 from .policy import LossScaleManager
 
 _Base = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
@@ -13,23 +13,88 @@ FINITE_OP_NAME = "overflow_status_reduce_all"
 SUMMARY_SCOPE = "npu_loss_scale"
 
 
+class OverflowInvisibleWarning(UserWarning):
+    """The chosen detection backend cannot see the overflows this graph produces."""
+
+
+def _reached(tensors, targets):
+    """Ids of the ``targets`` tensors that ``tensors`` are computed from (one graph walk)."""
+    found, seen = set(), set()
+    stack = [t for t in tensors if not isinstance(t, (tf.Variable,)) and hasattr(t, "op")]
+    while stack and len(found) < len(targets):
+        t = stack.pop()
+        if id(t) in targets:
+            found.add(id(t))
+        op = t.op
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        stack.extend(op.inputs)
+    return found
+
+
+class _Counter:
+    """An int64 counter kept in a one-entry hash table.
+
+    It needs no initializer (scripts that run only ``global_variables_initializer`` work) and is
+    not written into checkpoints: a checkpoint written on the device by Ascend's optimizer, which
+    has no such counter, restores with a plain name-based Saver into a graph that has ours.
+    """
+
+    def __init__(self, name):
+        with tf.device("/device:CPU:0"):
+            self._table = tf.lookup.experimental.MutableHashTable(
+                key_dtype=tf.int64, value_dtype=tf.int64, default_value=0, checkpoint=False,
+                name=name + "_table")
+        self.name = name
+
+    def read(self, name=None):
+        with tf.device("/device:CPU:0"):
+            return tf.identity(self._table.lookup(tf.constant([0], tf.int64))[0], name=name)
+
+    def add(self, delta):
+        """Op-returning tensor: the count after adding ``delta`` (int64 scalar)."""
+        with tf.device("/device:CPU:0"):
+            value = self.read() + tf.cast(delta, tf.int64)
+            insert = self._table.insert(tf.constant([0], tf.int64), tf.reshape(value, [1]))
+            with tf.control_dependencies([insert]):
+                return tf.identity(value)
+
+
 class NPULossScaleOptimizer(_Base):
     """Wraps a ``tf.compat.v1.train`` optimizer with Ascend-style loss scaling.
 
     What one training step does (``minimize`` = ``compute_gradients`` + ``apply_gradients``):
 
-    1. The overflow status is cleared, the loss is multiplied by the manager's loss scale, the
-       inner optimizer computes the gradients of the scaled loss, and every non-None gradient
-       (dense or ``IndexedSlices``) is multiplied by ``1 / loss_scale``: gradients come back
-       unscaled.
-    2. After every gradient exists, the overflow status is read (and cleared again): from the
+    1. The loss is multiplied by the manager's loss scale, the inner optimizer computes the
+       gradients of the scaled loss, and every non-None gradient (dense or ``IndexedSlices``) is
+       multiplied by ``1 / loss_scale``: gradients come back unscaled. Nothing is cleared here.
+    2. After every gradient exists, the overflow status is read, then cleared: from the
        device's float-status register (``npu`` backend), its CPU emulation (``emulation``) or an
-       IEEE inf/NaN test (``inf_nan``). With ``is_distributed=True`` the status is summed over
-       all ranks first, so every rank takes the same decision. The step is *finite* when the
-       status is all zeros; that boolean is the tensor :attr:`overflow_status_reduce_all`.
+       IEEE inf/NaN test (``inf_nan``). The register is sticky from one read to the next, across
+       ``session.run`` calls, as on the device: an overflow anywhere since the previous read
+       (forward or backward pass, earlier micro-batches, cond and loop bodies) makes this step
+       skip. Evaluation runs that may overflow clear it themselves
+       (:func:`npu_loss_scale.clear_overflow_status`, or ``LossScaleHook(mode="eval")``). With
+       ``is_distributed=True`` the status is summed over all ranks first (one collective), so
+       every rank takes the same decision. The step is *finite* when the status is all zeros;
+       that boolean is the tensor :attr:`overflow_status_reduce_all`.
     3. Finite step: the inner optimizer applies the gradients (and advances ``global_step``).
        Overflowed step: nothing is applied, ``global_step`` stays, :attr:`skipped_steps` grows
-       by one. In both cases ``loss_scale_manager.update_loss_scale(finite)`` runs.
+       by one. In both cases ``loss_scale_manager.update_loss_scale(finite)`` runs, once.
+
+    Gradient accumulation: with ``accumulation_steps=N`` each run of the train op adds the
+    micro-batch's unscaled gradients to float32 accumulators; every N-th run decides once, from
+    the register (sticky over the N micro-batches) and an inf/NaN test of the accumulators, and
+    applies the mean of the N micro-batch gradients, advances ``global_step`` once, updates the
+    manager once and agrees across ranks with one collective; then the accumulators restart.
+    On the other runs :attr:`overflow_status_reduce_all` reads True (no decision was taken).
+
+    Two optimizers in one train op (a GAN): each reads the overflow status after its own
+    gradients, and sees every overflow since its own previous read (on the ``emulation``
+    backend each optimizer has a slot of the register of its own; the device has one register:
+    there, run the two train ops in separate ``session.run`` calls). A manager shared by both
+    moves once per ``apply_gradients``, i.e. twice per step, as on the device.
 
     A :class:`FixedLossScaleManager` with ``enable_overflow_check=False`` turns steps 2-3 off:
     every step is applied, as with a plain optimizer.
@@ -63,7 +128,7 @@ class NPULossScaleOptimizer(_Base):
     """
 
     def __init__(self, opt, loss_scale_manager, is_distributed=False, *, backend=None,
-                 agreement=None, summaries=False, name=None):
+                 agreement=None, summaries=False, accumulation_steps=1, name=None):
         if not isinstance(opt, tf.compat.v1.train.Optimizer):
             raise TypeError("opt must be a tf.compat.v1.train.Optimizer (for example "
                             "tf.compat.v1.train.AdamOptimizer); got %r (type %s). For Keras "
@@ -77,6 +142,7 @@ class NPULossScaleOptimizer(_Base):
         _checks.boolean("summaries", summaries)
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError("name must be a non-empty string or None; got %r" % (name,))
+        self._accumulation_steps = _checks.positive_int("accumulation_steps", accumulation_steps)
         self._manager = loss_scale_manager
         self._is_distributed = is_distributed
         self._check_overflow = bool(loss_scale_manager.get_enable_overflow_check())
@@ -88,8 +154,7 @@ class NPULossScaleOptimizer(_Base):
         self._summaries = summaries
         super().__init__(opt, loss_scale_manager)
         self._name = name or "NPULossScale_" + opt.get_name()
-        self._graph_state_lock = threading.Lock()
-        self._graph_state = {}
+        self._per_graph = _graphs.PerGraph("optimizer")
         self._state()   # create skipped_steps now, beside the manager's variables
 
     # -- public properties --------------------------------------------------------------------
@@ -106,6 +171,10 @@ class NPULossScaleOptimizer(_Base):
         return self._is_distributed
 
     @property
+    def accumulation_steps(self):
+        return self._accumulation_steps
+
+    @property
     def backend_name(self):
         """The overflow detection backend in use: ``npu``, ``emulation`` or ``inf_nan``."""
         return self._backend_name
@@ -115,26 +184,67 @@ class NPULossScaleOptimizer(_Base):
         """The current loss scale, a float32 scalar tensor."""
         return self._manager.get_loss_scale()
 
+    def _built_state(self, what):
+        state = self._per_graph.peek()
+        if state is None:
+            raise RuntimeError("%s exists once this optimizer is used in the current graph: "
+                               "build it here (construct it, or call minimize() or "
+                               "apply_gradients()) first" % what)
+        return state
+
     @property
     def skipped_steps(self):
-        """Non-trainable int64 variable: how many steps were skipped because of an overflow."""
-        return self._state()["skipped_steps"]
+        """int64 scalar tensor: how many steps were skipped because of an overflow.
+
+        In a ``tf.compat.v1`` graph it is the tensor ``skipped_steps:0`` (fetch it with the train
+        op or after it); in eager execution the current count. The counter needs no initializer
+        and is not saved in checkpoints (Ascend's optimizer has none). Reading it creates no
+        variable: it exists in the graph the optimizer was built or used in.
+        """
+        state = self._built_state("skipped_steps")
+        if state["skipped_read"] is not None and _graphs.outermost_graph() is not None \
+                and tf.compat.v1.get_default_graph() is state["skipped_read"].graph:
+            return state["skipped_read"]
+        return state["skipped_steps"].read()
 
     @property
     def overflow_status_reduce_all(self):
         """Scalar bool tensor of the last train op built in this graph: True = all finite."""
-        finite = self._state().get("finite")
+        finite = self._built_state("overflow_status_reduce_all").get("finite")
         if finite is None:
             raise RuntimeError("overflow_status_reduce_all exists once the train op is built: call "
                                "minimize() or apply_gradients() first (and the manager must have "
                                "enable_overflow_check=True)")
         return finite
 
+    @property
+    def step_report(self):
+        """Tensors describing the last train op built in this graph, for hooks and logging.
+
+        A dict: ``loss_scale`` (the scale the step used), ``next_loss_scale`` (the scale after
+        the step, or None if the manager cannot tell), ``finite`` (bool, None without an overflow
+        check), ``skipped_steps`` (after the step) and ``global_step`` (after the step, None when
+        no global step was passed). Fetching them with the train op costs nothing extra and
+        changes nothing: none of them has a side effect.
+        """
+        report = self._built_state("step_report").get("report")
+        if report is None:
+            raise RuntimeError("step_report exists once the train op is built: call minimize() or "
+                               "apply_gradients() first")
+        return dict(report)
+
     def get_name(self):
         return self._name
 
     def variables(self):
-        return super().variables() + [self.skipped_steps]
+        own = []
+        state = self._per_graph.peek()
+        if state is not None:
+            own = ([state["micro_step"]] if "micro_step" in state else []) \
+                + list(state["accumulators"].values())
+        manager_state = self._manager._per_graph.peek()  # pylint: disable=protected-access
+        manager_vars = list(manager_state.get("_weights", {}).values()) if manager_state else []
+        return self._optimizer.variables() + manager_vars + own
 
     def get_slot(self, var, name):
         """Slots (Adam's ``m`` and ``v``, Momentum's ``momentum``...) live in the inner optimizer."""
@@ -151,22 +261,99 @@ class NPULossScaleOptimizer(_Base):
 
     # -- per-graph state ----------------------------------------------------------------------
     def _state(self):
-        key = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
-        with self._graph_state_lock:
-            state = self._graph_state.get(key)
-            if state is None:
-                with tf.init_scope(), tf.control_dependencies(None):
-                    skipped = tf.compat.v1.Variable(
-                        0, dtype=tf.int64, trainable=False, use_resource=True,
-                        name="skipped_steps",
-                        synchronization=tf.VariableSynchronization.AUTO,
-                        aggregation=tf.VariableAggregation.NONE)
-                self._track_trackable(skipped, "skipped_steps", overwrite=True)
-                # observed: gradients this optimizer returned whose scaled form the detector has
-                # already looked at (so apply need not scan them again).
-                state = {"skipped_steps": skipped, "finite": None, "observed": set()}
-                self._graph_state[key] = state
-            return state
+        return self._per_graph.get(self._build_state)
+
+    def _build_state(self):
+        skipped = _Counter("skipped_steps")
+        in_graph = _graphs.outermost_graph() is not None
+        state = {"skipped_steps": skipped, "finite": None, "report": None, "accumulators": {},
+                 "skipped_read": skipped.read(name="skipped_steps") if in_graph else None,
+                 "reader": self._detector.reader() if self._check_overflow else None}
+        if self._accumulation_steps > 1:
+            state["micro_step"] = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                              name="accumulation_step")
+        return state
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        children = dict(super()._trackable_children(save_type, **kwargs))
+        state = self._per_graph.peek()
+        if state is not None:
+            if "micro_step" in state:
+                children["accumulation_step"] = state["micro_step"]
+        return children
+
+    def _observed_attr(self):
+        return self._per_graph._attr + "_observed"  # pylint: disable=protected-access
+
+    @staticmethod
+    def _var_key(var):
+        return var.ref() if hasattr(var, "ref") else id(var)
+
+    def _mark_observed(self, grads_and_vars, check):
+        """Remembers, in the graph being built, that these gradients were checked in scaled form
+        (``check``: (tensor the read waits for or None, their overflow flag or None when the
+        register covers them))."""
+        if tf.executing_eagerly():
+            return
+        graph = tf.compat.v1.get_default_graph()
+        attr = self._observed_attr()
+        marks = getattr(graph, attr, None)
+        if marks is None:
+            marks = {}
+            setattr(graph, attr, marks)
+        for grad, var in grads_and_vars:
+            values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+            marks[self._var_key(var)] = (check, values)
+
+    def _split_observed(self, grads_and_vars):
+        """(flags of observed gradients, tensors to wait for, gradients nothing checked yet).
+
+        A gradient counts as checked when ``compute_gradients`` of this optimizer produced the
+        gradient of its variable in the current graph (or a graph around it): clipping or other
+        processing between ``compute_gradients`` and ``apply_gradients`` costs no second pass.
+        """
+        marks = {}
+        if not tf.executing_eagerly():
+            chain, graph = [], tf.compat.v1.get_default_graph()
+            while graph is not None:
+                chain.append(graph)
+                graph = getattr(graph, "outer_graph", None)
+            for graph in reversed(chain):
+                marks.update(getattr(graph, self._observed_attr(), {}))
+        flags, waits, unchecked, seen = [], [], [], set()
+        pending = []
+        for g, v in grads_and_vars:
+            if g is None:
+                continue
+            mark = marks.get(self._var_key(v))
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            if mark is None:
+                unchecked.append(g)
+            elif mark[1] is values:
+                self._use_check(mark[0], flags, waits, seen)
+            else:
+                pending.append((g, mark))
+        if pending:
+            # Gradients computed from the checked ones (clipped, scaled...) in this run are
+            # covered; anything else (say an accumulator variable) is checked at the read.
+            reached = _reached(
+                [g.values if isinstance(g, tf.IndexedSlices) else g for g, _ in pending],
+                {id(mark[1]) for _, mark in pending})
+            for g, mark in pending:
+                if id(mark[1]) in reached:
+                    self._use_check(mark[0], flags, waits, seen)
+                else:
+                    unchecked.append(g)
+        return flags, waits, unchecked
+
+    @staticmethod
+    def _use_check(check, flags, waits, seen):
+        if id(check) in seen:
+            return
+        seen.add(id(check))
+        wait, flag = check
+        flags += [flag] if flag is not None else []
+        waits += [wait] if wait is not None else []
 
     # -- gradients ----------------------------------------------------------------------------
     def _doing_dynamic_loss_scaling(self):
@@ -178,32 +365,35 @@ class NPULossScaleOptimizer(_Base):
                           gate_gradients=tf.compat.v1.train.Optimizer.GATE_OP,
                           aggregation_method=None, colocate_gradients_with_ops=False,
                           grad_loss=None):
-        """Gradients of ``loss`` computed with the loss scaled up, returned scaled back down."""
+        """Gradients of ``loss`` computed with the loss scaled up, returned scaled back down.
+
+        Nothing is cleared or left behind: the overflow status keeps whatever earlier runs
+        recorded until ``apply_gradients`` reads it.
+        """
         if callable(loss) and not tf.executing_eagerly():
             loss = loss()
-        begin = None
-        if self._check_overflow:
-            begin = self._detector.begin_step(loss if isinstance(loss, tf.Tensor) else None)
-        with tf.control_dependencies([begin] if begin is not None else []):
-            scaled_loss = self._scale_loss(loss)
-            if begin is not None and isinstance(scaled_loss, tf.Tensor):
-                # Backpropagation starts from grad_loss. TensorFlow builds its default seed from
-                # the loss's static shape, a constant that would not wait for the clear; a seed
-                # made here does, so every gradient op runs after the register was cleared.
-                grad_loss = (tf.ones_like(scaled_loss) if grad_loss is None
-                             else tf.identity(grad_loss))
-            # Gradient ops that read only forward values (the 2*x in the gradient of x**2) do
-            # not depend on the seed: building the whole backward pass here orders them too.
-            grads_and_vars = self._optimizer.compute_gradients(
-                loss=scaled_loss, var_list=var_list, gate_gradients=gate_gradients,
-                aggregation_method=aggregation_method,
-                colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
+        scaled_loss = self._scale_loss(loss)
+        if grad_loss is None and isinstance(scaled_loss, tf.Tensor) and self._check_overflow \
+                and not tf.executing_eagerly():
+            # TensorFlow seeds backpropagation with a constant that does not wait for the
+            # forward pass; a seed made from the loss does, so the overflow read that waits for
+            # the gradients also waits for every saturation event of the forward pass feeding
+            # the loss (a cond or loop body included).
+            grad_loss = tf.ones_like(scaled_loss)
+        grads_and_vars = self._optimizer.compute_gradients(
+            loss=scaled_loss, var_list=var_list, gate_gradients=gate_gradients,
+            aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
         grads = [g for g, _ in grads_and_vars]
-        observed = self._detector.observe_scaled_gradients(grads) if self._check_overflow else None
-        with tf.control_dependencies([observed] if observed is not None else []):
-            unscaled = self._unscale_grads(grads)
-        if observed is not None:
-            self._state()["observed"].update(detection.observed_refs(unscaled))
+        variables = [v for g, v in grads_and_vars if g is not None]
+        if not self._check_overflow:
+            return list(zip(self._unscale_grads(grads), [v for _, v in grads_and_vars]))
+        # The check of the scaled gradients: one read pass (or none: the npu register). It runs
+        # beside the unscaling (nothing waits for it but the read in apply_gradients).
+        wait, flag = self._detector.observe_scaled_gradients(grads)
+        unscaled = self._unscale_grads(grads)
+        self._mark_observed([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
+                             if g is not None], (wait, flag))
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
     def _scale_grad(self, grad, loss_scale_reciprocal):
@@ -221,50 +411,239 @@ class NPULossScaleOptimizer(_Base):
         return unscale(grad)
 
     # -- applying -----------------------------------------------------------------------------
-    def _replica_status(self, grads):
-        return self._detector.read_status(grads, observed=self._state()["observed"])
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Reads the overflow status and applies the gradients only when nothing overflowed.
 
-    def _distributed_apply(self, distribution, grads_and_vars, global_step=None, name=None):
-        """Cross-replica part of apply_gradients (reached through merge_call, as in TensorFlow)."""
-        name = name if name is not None else self.get_name()
-        grads = [g for g, _ in grads_and_vars]
-        state = self._state()
+        See the class docstring; with ``accumulation_steps=N`` it accumulates and decides every
+        N-th run.
+        """
+        if tf.distribute.in_cross_replica_context():
+            raise ValueError("apply_gradients() must be called in a replica context.")
+        grads_and_vars = tuple(grads_and_vars)
+        if self._accumulation_steps > 1 and tf.distribute.has_strategy():
+            raise NotImplementedError(
+                "accumulation_steps=%d inside a tf.distribute strategy is not supported: use "
+                "accumulation_steps=1 there, or agree through Horovod, HCCL or TF collectives "
+                "(agreement='horovod', 'hccl' or 'collective') outside a strategy"
+                % self._accumulation_steps)
+        if not self._check_overflow and self._accumulation_steps == 1:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+        return tf.distribute.get_replica_context().merge_call(
+            self._distributed_apply, args=(grads_and_vars, global_step, name))
 
+    def _prepare_inner(self, grads_and_vars):
+        """Creates the inner optimizers' slots now, in the outermost graph.
+
+        TensorFlow's optimizers create them under ``tf.init_scope`` inside ``apply_gradients``;
+        inside the ``tf.cond`` around the inner apply that lands in eager mode when eager
+        execution was turned off inside ``main`` (``absl.app.run``), and the train op fails to
+        build. Slots that exist already are not created again.
+        """
+        var_list = [v for g, v in grads_and_vars if g is not None]
+        opt, seen = self._optimizer, set()
+        with _graphs.outer_scope(_graphs.outermost_graph()):
+            while isinstance(opt, tf.compat.v1.train.Optimizer) and id(opt) not in seen:
+                seen.add(id(opt))
+                opt._create_slots(var_list)  # pylint: disable=protected-access
+                opt = opt.__dict__.get("_optimizer")
+
+    def _warn_if_blind(self):
+        if self._backend_name != "inf_nan" or not self._check_overflow:
+            return
+        if emulation.is_inf_nan_enabled() or emulation._device_plugin() is not None:  # pylint: disable=protected-access
+            return
+        graph = _graphs.outermost_graph()
+        uses_saturation = bool(emulation._state_of(graph).registers)  # pylint: disable=protected-access
+        from . import saturation  # pylint: disable=import-outside-toplevel
+        if uses_saturation or saturation.every_op_active():
+            warnings.warn(
+                "npu_loss_scale: backend='inf_nan' cannot see the overflows of emulated "
+                "saturation: saturate() turns them into finite +-MAX values and only the "
+                "register records them, so overflowed steps would be applied. Use "
+                "backend='emulation', or set_device_sat_mode(1) for IEEE arithmetic.",
+                OverflowInvisibleWarning, stacklevel=3)
+
+    def _replica_status(self, grads_and_vars, reader, observed):
+        grads = [g for g, _ in grads_and_vars if g is not None]
+        if observed:
+            flags, waits, unchecked = self._split_observed(grads_and_vars)
+        else:
+            flags, waits, unchecked = [], [], grads
+        return self._detector.read_status(unchecked, reader=reader, known_flags=flags,
+                                          wait_for=grads + waits)
+
+    def _read_and_agree(self, distribution, grads_and_vars, state, observed):
+        """(status agreed across replicas and ranks, ops that clear what was read)."""
+        reader = state["reader"]
         if tf.distribute.has_strategy():
             per_replica = distribution.extended.call_for_each_replica(
-                self._replica_status, args=(grads,))
+                self._replica_status, args=(grads_and_vars, reader, observed))
             status = distribution.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
             end_ops = distribution.extended.call_for_each_replica(
-                lambda s: self._detector.end_step(s), args=(per_replica,))
+                lambda s: self._detector.end_step(s, reader=reader), args=(per_replica,))
             end_ops = [op for op in tf.nest.flatten(distribution.experimental_local_results(
                 end_ops)) if op is not None]
         else:
-            status = self._replica_status(grads)
-            end_op = self._detector.end_step(status)
+            status = self._replica_status(grads_and_vars, reader, observed)
+            end_op = self._detector.end_step(status, reader=reader)
             end_ops = [end_op] if end_op is not None else []
         if self._is_distributed:
             agreement = agreement_lib.make_agreement(self._agreement_choice, self._backend_name)
             status = agreement.reduce(status)
         else:
             agreement_lib.warn_if_ranks_may_diverge()
+        return status, end_ops
+
+    def _bookkeeping(self, state, finite, global_step, before):
+        """Manager update, skipped count, stuck warning, report. Returns (ops, report)."""
+        scale = tf.identity(self._manager.get_loss_scale(), name="loss_scale_used")
+        skipped = state["skipped_steps"]
+        skipped_before = skipped.read()
+        gs_before = None
+        if global_step is not None:
+            with tf.control_dependencies(None):
+                gs_before = tf.identity(tf.convert_to_tensor(global_step))
+            before.append(gs_before)
+        with tf.control_dependencies([scale]):
+            next_scale = self._manager.next_loss_scale(finite)
+        with tf.control_dependencies([scale, skipped_before]
+                                     + ([next_scale] if next_scale is not None else [])):
+            update_scale = self._serialized_update(finite)
+            overflowed = tf.logical_not(finite)
+            count = skipped.add(tf.cast(overflowed, tf.int64))
+        before.extend([scale, skipped_before])
+        skipped_after = skipped_before + tf.cast(overflowed, tf.int64)
+        stuck = tf.cond(tf.logical_and(overflowed, scale <= 1.0),
+                        lambda: self._warn_stuck(scale), lambda: tf.constant(False))
+        report = {"loss_scale": scale, "next_loss_scale": next_scale,
+                  "finite": finite if self._check_overflow else None,
+                  "skipped_steps": skipped_after,
+                  "global_step": None if gs_before is None
+                  else gs_before + tf.cast(finite, gs_before.dtype)}
+        return [update_scale, count, stuck], report
+
+    def _serialized_update(self, finite):
+        """``manager.update_loss_scale(finite)``, one at a time per manager and graph.
+
+        A manager shared by two optimizers whose train ops run in one ``session.run`` (a GAN) is
+        updated by both; a critical section keeps the two read-modify-write updates from
+        interleaving, so the manager moves exactly once per ``apply_gradients``.
+        """
+        if tf.distribute.has_strategy():
+            return self._manager.update_loss_scale(finite)
+        manager_state = self._manager._state()  # pylint: disable=protected-access
+        section = manager_state.get("_update_section")
+        if section is None:
+            with _graphs.outer_scope(_graphs.outermost_graph()):
+                section = tf.CriticalSection(name="loss_scale_update")
+            manager_state["_update_section"] = section
+
+        def update():
+            op = self._manager.update_loss_scale(finite)
+            with tf.control_dependencies([op]):
+                return tf.constant(True)
+
+        return section.execute(update, exclusive_resource_access=False)
+
+    def _distributed_apply(self, distribution, grads_and_vars, global_step=None, name=None):
+        """Cross-replica part of apply_gradients (reached through merge_call, as in TensorFlow)."""
+        name = name if name is not None else self.get_name()
+        state = self._state()
+        self._prepare_inner(grads_and_vars)
+        self._warn_if_blind()
+        if self._accumulation_steps > 1:
+            return self._accumulating_apply(distribution, grads_and_vars, global_step, name,
+                                            state)
+        status, end_ops = self._read_and_agree(distribution, grads_and_vars, state, True)
         finite = tf.reduce_all(tf.equal(status, 0.0), name=FINITE_OP_NAME)
         state["finite"] = finite
-
-        scale = self._manager.get_loss_scale()
-        update_scale = self._manager.update_loss_scale(finite)
+        before = []
+        ops, report = self._bookkeeping(state, finite, global_step, before)
 
         def apply_fn():
             return self._apply_gradients(distribution, grads_and_vars, global_step,
                                          name + "-wrapped")
 
-        maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
-        overflowed = tf.logical_not(finite)
-        count = state["skipped_steps"].assign_add(tf.cast(overflowed, tf.int64))
-        stuck = tf.cond(tf.logical_and(overflowed, scale <= 1.0),
-                        lambda: self._warn_stuck(scale), lambda: tf.constant(False))
+        with tf.control_dependencies(before):
+            maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
+        state["report"] = report
         if self._summaries:
-            self._add_summaries(scale, state["skipped_steps"], overflowed)
-        return tf.group(maybe_apply, update_scale, count, stuck, *end_ops, name=name)
+            self._add_summaries(report["loss_scale"], report["skipped_steps"],
+                                tf.logical_not(finite))
+        return tf.group(maybe_apply, *ops, *end_ops, name=name)
+
+    # -- accumulation -------------------------------------------------------------------------
+    def _accumulator(self, state, var):
+        key = var.ref() if hasattr(var, "ref") else id(var)
+        acc = state["accumulators"].get(key)
+        if acc is None:
+            dtype = tf.float64 if var.dtype.base_dtype == tf.float64 else tf.float32
+            graph = _graphs.outermost_graph()
+            with _graphs.outer_scope(graph):
+                if graph is None:
+                    acc = tf.Variable(tf.zeros(var.shape, dtype), trainable=False,
+                                      name="accumulator")
+                else:
+                    with graph.name_scope(None):
+                        acc = tf.Variable(tf.zeros(var.shape, dtype), trainable=False,
+                                          name=var.op.name + "/accumulator")
+            state["accumulators"][key] = acc
+        return acc
+
+    def _accumulating_apply(self, distribution, grads_and_vars, global_step, name, state):
+        n = self._accumulation_steps
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        accs = [self._accumulator(state, v) for _, v in pairs]
+        adds = []
+        for (g, _), acc in zip(pairs, accs):
+            if isinstance(g, tf.IndexedSlices):
+                adds.append(acc.scatter_add(tf.IndexedSlices(
+                    tf.cast(g.values, acc.dtype), g.indices, g.dense_shape)))
+            else:
+                adds.append(acc.assign_add(tf.cast(g, acc.dtype)))
+        micro = state["micro_step"]
+        skipped = state["skipped_steps"]
+        with tf.control_dependencies(adds):
+            step = tf.identity(micro.assign_add(1))
+        boundary = step >= n
+
+        def decide():
+            totals = [tf.identity(acc.read_value()) for acc in accs]
+            if self._check_overflow:
+                status, end_ops = self._read_and_agree(
+                    distribution, [(t, v) for t, (_, v) in zip(totals, pairs)], state, False)
+                finite = tf.reduce_all(tf.equal(status, 0.0))
+            else:
+                finite, end_ops = tf.constant(True), []
+            before = []
+            ops, report = self._bookkeeping(state, finite, global_step, before)
+            means = [(tf.cast(t / n, v.dtype.base_dtype), v) for t, (_, v) in zip(totals, pairs)]
+
+            def apply_fn():
+                return self._apply_gradients(distribution, means, global_step, name + "-wrapped")
+
+            with tf.control_dependencies(before):
+                maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
+            with tf.control_dependencies([maybe_apply] + totals):
+                restart = [acc.assign(tf.zeros_like(acc)) for acc in accs]
+                restart.append(micro.assign(0))
+            with tf.control_dependencies([maybe_apply] + ops + end_ops + restart):
+                return (tf.identity(finite), tf.identity(report["loss_scale"]),
+                        tf.identity(report["skipped_steps"]))
+
+        def wait():
+            return (tf.constant(True), tf.identity(self._manager.get_loss_scale()),
+                    skipped.read())
+
+        finite, scale, skipped_now = tf.cond(boundary, decide, wait)
+        finite = tf.identity(finite, name=FINITE_OP_NAME)
+        state["finite"] = finite
+        state["report"] = {"loss_scale": scale, "next_loss_scale": None,
+                           "finite": finite if self._check_overflow else None,
+                           "skipped_steps": skipped_now, "global_step": None}
+        if self._summaries:
+            self._add_summaries(scale, skipped_now, tf.logical_not(finite))
+        return tf.group(finite, name=name)
 
     @staticmethod
     def _warn_stuck(scale):

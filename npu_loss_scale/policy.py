@@ -1,25 +1,33 @@
 """Loss-scale managers: the rules that move the loss scale, and nothing else.
 
-A manager owns a few non-trainable variables (created in the graph that is current when the
-manager is built, or lazily in any other graph it is later used in) and exposes two calls:
+A manager owns a few non-trainable variables and exposes two calls:
 
 * ``get_loss_scale()`` — the current scale as a float32 scalar tensor;
 * ``update_loss_scale(finite_grads)`` — an op that moves the scale given a boolean that says
   whether the step's gradients were all finite.
 
-Managers know nothing about overflow detection, devices or optimizers. Every manager is also a
-TensorFlow ``LossScale`` (so it is a Trackable: ``tf.train.Checkpoint`` and
-``tf.compat.v1.train.Saver`` both save and restore its variables), which means a manager can be
-handed to TensorFlow's own ``MixedPrecisionLossScaleOptimizer`` as well.
+Managers know nothing about overflow detection, devices or optimizers; only
+:class:`~npu_loss_scale.NPULossScaleOptimizer` calls ``update_loss_scale`` (TensorFlow's own
+``MixedPrecisionLossScaleOptimizer`` never updates a manager it is given: use ours).
 
-The arithmetic is that of the Ascend adapter, in float32; :mod:`npu_loss_scale.reference` holds a
-pure-Python twin of each rule that the tests replay step for step.
+State lives once per outermost graph (the ``tf.compat.v1`` graph, or eager execution for
+``tf.function``s), created the first time the manager is used there, outside any control
+dependency, cond or loop body, and held by that graph: a manager never keeps a graph alive.
+
+Checkpoints: the variables carry Ascend's names. In a ``tf.compat.v1`` graph a plain name-based
+``tf.compat.v1.train.Saver`` saves and restores them under the keys ``loss_scale``,
+``good_steps`` and ``bad_steps`` (``loss_scale_1``... for a second manager in the graph), so a
+checkpoint written on the device restores here and the other way round, with no ``var_list``
+map; ``loss_scale:0`` evaluates to the float32 scale. Object-based ``tf.train.Checkpoint``
+tracks the same names. The arithmetic is that of the Ascend adapter, in float32;
+:mod:`npu_loss_scale.reference` holds a pure-Python twin of each rule that the tests replay
+step for step.
 """
 import abc
 
 import tensorflow as tf
 
-from . import _checks, _state_io
+from . import _checks, _graphs, _state_io
 from .reference import growth_threshold
 
 _LossScale = tf.compat.v1.mixed_precision.LossScale
@@ -28,25 +36,42 @@ _LossScale = tf.compat.v1.mixed_precision.LossScale
 LOSS_SCALE_TENSOR_NAME = "loss_scale"
 
 
-def _graph_key():
-    if tf.executing_eagerly():
-        return None
-    return tf.compat.v1.get_default_graph()
+class _WholeVariable(tf.Variable.SaveSliceInfo):
+    """Save-slice info that covers the whole variable: its only effect is the checkpoint key.
+
+    A name-based Saver keys a graph-mode variable by its op name, and the op that a script
+    fetches as ``loss_scale:0`` must be the float value, not a resource handle. The variable's
+    own op is therefore named ``loss_scale_value`` and this "slice" (the whole tensor, empty
+    slice spec) gives it the key ``loss_scale``.
+    """
+
+    @property
+    def spec(self):
+        return ""
 
 
 class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
     """Base class of loss-scale managers.
 
-    Subclasses implement :meth:`get_loss_scale` and :meth:`update_loss_scale`. As a TensorFlow
-    ``LossScale``, calling a manager returns the scale and ``update(grads)`` checks the gradients
-    with ``tf.math.is_finite`` and applies :meth:`update_loss_scale` — so a manager also works with
-    ``tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer``. Use
-    :class:`~npu_loss_scale.NPULossScaleOptimizer` to get Ascend's overflow detection.
+    Subclasses implement :meth:`get_loss_scale`, :meth:`update_loss_scale` and
+    :meth:`_build_state`, and may override :meth:`get_enable_overflow_check` and
+    :meth:`next_loss_scale`.
+
+    Per-graph state, for subclasses: :meth:`_state` returns a dict built by ``_build_state()``
+    the first time the manager is used in the current outermost graph; ``_build_state`` runs in
+    that graph with no control dependencies and outside any cond, loop or function body, and
+    creates its variables with :meth:`_add_weight` (checkpoint key = ``name``; in a
+    ``tf.compat.v1`` graph ``<name>:0`` also fetches the value). The dict is stored on the graph,
+    so it dies with it.
+
+    Only :class:`~npu_loss_scale.NPULossScaleOptimizer` updates a manager: TensorFlow's own
+    ``MixedPrecisionLossScaleOptimizer`` calls ``update(grads)`` only for a dynamic
+    ``tf.compat.v1.mixed_precision`` loss scale, and never for a manager.
     """
 
     def __init__(self):
         super().__init__()
-        self._per_graph = {}
+        self._per_graph = _graphs.PerGraph("manager")
 
     @abc.abstractmethod
     def get_loss_scale(self):
@@ -59,6 +84,12 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
     def get_enable_overflow_check(self):
         """Whether an optimizer using this manager must check for overflow (True by default)."""
         return True
+
+    def next_loss_scale(self, finite_grads):  # pylint: disable=unused-argument
+        """The scale ``update_loss_scale(finite_grads)`` would leave, as a tensor that changes
+        nothing (None when the manager cannot tell). Hooks use it to report the new scale
+        without a second ``session.run``."""
+        return None
 
     # -- TensorFlow LossScale interface -------------------------------------------------------
     def __call__(self):
@@ -75,19 +106,51 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
     # -- helpers for subclasses ---------------------------------------------------------------
     def _state(self):
         """The per-graph state dict, built by ``_build_state`` on first use in a graph."""
-        key = _graph_key()
-        state = self._per_graph.get(key)
-        if state is None:
-            # Variables and their initializers must not inherit the caller's control
-            # dependencies (Ascend's manager failed when built under tf.control_dependencies).
-            with tf.init_scope(), tf.control_dependencies(None):
-                state = self._build_state()
-            self._per_graph[key] = state
+        return self._per_graph.get(self._build_state_with_weights)
+
+    def _build_state_with_weights(self):
+        self._pending_weights = {}
+        try:
+            state = self._build_state()
+            state.setdefault("_weights", {}).update(self._pending_weights)
+        finally:
+            self._pending_weights = None
         return state
 
     @abc.abstractmethod
     def _build_state(self):
-        """Creates this manager's tensors and variables in the current graph."""
+        """Creates this manager's tensors and variables in the current graph; returns a dict."""
+
+    def _add_weight(self, name, initial_value, dtype=None):
+        """Creates a non-trainable state variable (call it from ``_build_state``).
+
+        In a ``tf.compat.v1`` graph the variable's op is ``<name>_value``, ``<name>:0`` is its
+        value and a name-based Saver uses the key ``<name>`` (uniquified like any op name). In
+        eager execution it is a plain variable named ``name``. Object-based checkpoints track it
+        as ``name``.
+        """
+        graph = _graphs.outermost_graph()
+        variable = tf.Variable(initial_value, name=name if graph is None else name + "_value",
+                               dtype=dtype, trainable=False,
+                               synchronization=tf.VariableSynchronization.AUTO,
+                               aggregation=tf.VariableAggregation.NONE)
+        if graph is not None and hasattr(variable, "_set_save_slice_info") \
+                and not tf.distribute.has_strategy():
+            value = tf.identity(tf.convert_to_tensor(variable), name=name)
+            variable._set_save_slice_info(_WholeVariable(value.op.name, [], [], []))  # pylint: disable=protected-access
+            variable._npu_loss_scale_value = value  # pylint: disable=protected-access
+        pending = getattr(self, "_pending_weights", None)
+        if pending is not None:
+            pending[name] = variable
+        self._handle_deferred_dependencies(name=name, trackable=variable)
+        return variable
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        children = dict(super()._trackable_children(save_type, **kwargs))
+        state = self._per_graph.peek()
+        if state is not None:
+            children.update(state.get("_weights", {}))
+        return children
 
     @staticmethod
     def _finite_flag(finite_grads):
@@ -134,6 +197,10 @@ class FixedLossScaleManager(LossScaleManager):
         self._finite_flag(finite_grads)
         return tf.no_op(name="fixed_loss_scale_update")
 
+    def next_loss_scale(self, finite_grads):
+        self._finite_flag(finite_grads)
+        return self.get_loss_scale()
+
     def get_enable_overflow_check(self):
         return self._enable_overflow_check
 
@@ -167,8 +234,9 @@ class FixedLossScaleManager(LossScaleManager):
 class ExponentialUpdateLossScaleManager(LossScaleManager):
     """Grows the scale after a run of finite steps and shrinks it after overflows (Ascend rules).
 
-    State: ``current_loss_scale`` (float32), ``good_steps`` and ``bad_steps`` (int32), all
-    non-trainable variables saved with the model. Each ``update_loss_scale(finite)``:
+    State: ``loss_scale`` (float32), ``good_steps`` and ``bad_steps`` (int32), all
+    non-trainable variables saved with the model under Ascend's names (see the module
+    docstring). Each ``update_loss_scale(finite)``:
 
     * finite step: if ``good_steps + 1 >= incr_every_n_steps`` then
       ``loss_scale *= incr_ratio`` (only while ``loss_scale < 3.4e38 / incr_ratio``, so it never
@@ -212,14 +280,11 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         self._state()
 
     def _build_state(self):
-        scale = self._add_weight("current_loss_scale", self._init_loss_scale, tf.float32)
+        scale = self._add_weight("loss_scale", self._init_loss_scale, tf.float32)
         good = self._add_weight("good_steps", 0, tf.int32)
         bad = self._add_weight("bad_steps", 0, tf.int32)
-        if tf.executing_eagerly():
-            fetchable = None
-        else:
-            fetchable = tf.identity(scale, name=LOSS_SCALE_TENSOR_NAME)
-        return {"scale_var": scale, "good_var": good, "bad_var": bad, "loss_scale": fetchable}
+        return {"scale_var": scale, "good_var": good, "bad_var": bad,
+                "loss_scale": getattr(scale, "_npu_loss_scale_value", None)}
 
     @property
     def variables(self):
@@ -233,25 +298,33 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
             return s["loss_scale"]
         return tf.convert_to_tensor(s["scale_var"])
 
-    def update_loss_scale(self, finite_grads):
+    def _next(self, finite_grads):
         finite = self._finite_flag(finite_grads)
         s = self._state()
         scale = tf.convert_to_tensor(s["scale_var"])
         good = tf.convert_to_tensor(s["good_var"])
         bad = tf.convert_to_tensor(s["bad_var"])
+        zero = tf.zeros_like(good)
+        good_next, bad_next = good + 1, bad + 1
+        grow = tf.logical_and(finite, good_next >= self._incr_every_n_steps)
+        shrink = tf.logical_and(tf.logical_not(finite),
+                                bad_next >= self._decr_every_n_nan_or_inf)
+        can_grow = scale < growth_threshold(self._incr_ratio)
+        grown = tf.where(can_grow, scale * self._incr_ratio, scale)
+        shrunk = tf.maximum(tf.constant(1.0, tf.float32), scale * self._decr_ratio)
+        new_scale = tf.where(grow, grown, tf.where(shrink, shrunk, scale))
+        new_good = tf.where(finite, tf.where(grow, zero, good_next), zero)
+        new_bad = tf.where(finite, tf.where(grow, zero, bad), tf.where(shrink, zero, bad_next))
+        return new_scale, new_good, new_bad
+
+    def next_loss_scale(self, finite_grads):
+        with tf.name_scope("next_loss_scale"):
+            return self._next(finite_grads)[0]
+
+    def update_loss_scale(self, finite_grads):
+        s = self._state()
         with tf.name_scope("update_loss_scale"):
-            zero = tf.zeros_like(good)
-            good_next, bad_next = good + 1, bad + 1
-            grow = tf.logical_and(finite, good_next >= self._incr_every_n_steps)
-            shrink = tf.logical_and(tf.logical_not(finite),
-                                    bad_next >= self._decr_every_n_nan_or_inf)
-            can_grow = scale < growth_threshold(self._incr_ratio)
-            grown = tf.where(can_grow, scale * self._incr_ratio, scale)
-            shrunk = tf.maximum(tf.constant(1.0, tf.float32), scale * self._decr_ratio)
-            new_scale = tf.where(grow, grown, tf.where(shrink, shrunk, scale))
-            new_good = tf.where(finite, tf.where(grow, zero, good_next), zero)
-            new_bad = tf.where(finite, tf.where(grow, zero, bad),
-                               tf.where(shrink, zero, bad_next))
+            new_scale, new_good, new_bad = self._next(finite_grads)
             return tf.group(s["scale_var"].assign(new_scale), s["good_var"].assign(new_good),
                             s["bad_var"].assign(new_bad), name="assign")
 

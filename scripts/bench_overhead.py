@@ -1,6 +1,7 @@
 """Per-step cost of loss scaling, measured in one run against named baselines.
 
     python scripts/bench_overhead.py [--steps 200] [--layers 8] [--width 256]
+    python scripts/bench_overhead.py --bert [--steps 10] [--repeats 5]
 
 Builds the same fp32 MLP (many variables, so per-gradient work shows) once per variant and times
 `steps` training steps in a Session after a warm-up. Variants:
@@ -13,6 +14,21 @@ Builds the same fp32 MLP (many variables, so per-gradient work shows) once per v
 
 Prints the median ms per step over the repeats (variants timed round robin) and the ratios to both baselines. The numbers depend
 on the machine and its load: compare ratios from one run, not across runs.
+
+``--bert``: the BERT-base-shaped case. About 110 M float32 parameters in 199 tensors (the
+tensors of BERT-base: embeddings, 12 layers, pooler) with *fixed* gradients: the loss is
+``sum(stop_gradient(G_i) * w_i)``, so backpropagation is one multiply per tensor and every
+variant does the same work apart from loss scaling. The inner optimizer is SGD with learning
+rate 0 (the variables never change, so every variant shares them in one graph). Variants:
+
+  plain            SGD alone                                             <- baseline A
+  read_pass        plain + one read pass over the gradients (add_n of per-tensor reduce_sum)
+  tf_dynamic       TensorFlow's MixedPrecisionLossScaleOptimizer, dynamic <- baseline B
+  nls_inf_nan      NPULossScaleOptimizer, inf_nan backend
+  nls_emulation    NPULossScaleOptimizer, emulation backend
+
+and prints each variant's overhead over plain, in read passes and as a fraction of
+TensorFlow's overhead.
 """
 import argparse
 import os
@@ -72,6 +88,84 @@ def time_steps(sess, train, steps):
     return (time.perf_counter() - start) * 1000.0 / steps
 
 
+# -- the BERT-base-shaped case ----------------------------------------------------------------------
+def bert_base_shapes(hidden=768, layers=12, ffn=3072, vocab=30522, positions=512):
+    """The parameter shapes of BERT-base (199 tensors, about 110 M values)."""
+    shapes = [(vocab, hidden), (positions, hidden), (2, hidden), (hidden,), (hidden,)]
+    for _ in range(layers):
+        shapes += [(hidden, hidden), (hidden,)] * 4            # query, key, value, output
+        shapes += [(hidden,), (hidden,)]                       # attention layer norm
+        shapes += [(hidden, ffn), (ffn,), (ffn, hidden), (hidden,)]
+        shapes += [(hidden,), (hidden,)]                       # output layer norm
+    shapes += [(hidden, hidden), (hidden,)]                    # pooler
+    return shapes
+
+
+BERT_VARIANTS = ["plain", "read_pass", "tf_dynamic", "nls_inf_nan", "nls_emulation"]
+
+
+def build_bert(shapes):
+    """One graph, shared variables and fixed gradients; returns {variant: train op}."""
+    rng = np.random.RandomState(0)
+    weights, fixed = [], []
+    for i, shape in enumerate(shapes):
+        init = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        weights.append(tf.compat.v1.get_variable("w%d" % i, initializer=init))
+        fixed.append(tf.compat.v1.get_variable("g%d" % i, initializer=init[::-1].copy(),
+                                               trainable=False))
+    loss = tf.add_n([tf.reduce_sum(tf.stop_gradient(g) * w) for g, w in zip(fixed, weights)])
+    trains = {}
+    for variant in BERT_VARIANTS:
+        opt = tf.compat.v1.train.GradientDescentOptimizer(0.0)
+        if variant == "tf_dynamic":
+            opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+        elif variant.startswith("nls_"):
+            opt = nls.NPULossScaleOptimizer(
+                opt, nls.ExponentialUpdateLossScaleManager(2 ** 15, 1000),
+                backend=variant[len("nls_"):])
+        with tf.name_scope(variant):
+            grads_and_vars = opt.compute_gradients(loss, weights)
+            train = opt.apply_gradients(grads_and_vars)
+            if variant == "read_pass":
+                total = tf.add_n([tf.reduce_sum(g) for g, _ in grads_and_vars])
+                train = tf.group(train, tf.debugging.assert_all_finite(total, "read pass"))
+        trains[variant] = train
+    return trains
+
+
+def bench_bert(args):
+    shapes = bert_base_shapes()
+    graph = tf.Graph()
+    with graph.as_default():
+        trains = build_bert(shapes)
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
+                                      inter_op_parallelism_threads=2)
+    runs = {v: [] for v in BERT_VARIANTS}
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        sess.run(init)
+        for v in BERT_VARIANTS:
+            for _ in range(3):
+                sess.run(trains[v])
+        for _ in range(args.repeats):
+            for v in BERT_VARIANTS:
+                runs[v].append(time_steps(sess, trains[v], args.steps))
+    ms = {v: statistics.median(runs[v]) for v in BERT_VARIANTS}
+    params = sum(int(np.prod(s)) for s in shapes)
+    print("TensorFlow %s, BERT-base shapes: %d tensors, %.1f M parameters, fixed gradients, "
+          "SGD; %d steps x %d repeats (median)"
+          % (tf.__version__, len(shapes), params / 1e6, args.steps, args.repeats))
+    read = ms["read_pass"] - ms["plain"]
+    theirs = ms["tf_dynamic"] - ms["plain"]
+    print("%-14s %9s %12s %14s %16s" % ("variant", "ms/step", "overhead ms", "read passes",
+                                         "vs tf overhead"))
+    for v in BERT_VARIANTS:
+        over = ms[v] - ms["plain"]
+        print("%-14s %9.1f %12.1f %14s %16s" % (
+            v, ms[v], over, "%.2f" % (over / read) if read > 0 else "n/a",
+            "%.2fx" % (over / theirs) if theirs > 0 else "n/a"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=200)
@@ -79,7 +173,12 @@ def main():
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--bert", action="store_true",
+                        help="the BERT-base-shaped case (110 M parameters, fixed gradients)")
     args = parser.parse_args()
+    if args.bert:
+        bench_bert(args)
+        return
     variants = ["plain", "tf_dynamic", "nls_inf_nan", "nls_emulation", "nls_fixed_nochk"]
     opened = {v: open_variant(v, args) for v in variants}
     # Round robin: every repeat times each variant once, so drifting machine load is shared.

@@ -168,3 +168,18 @@ def test_every_n_steps_must_be_a_positive_integer(bad, exc):
     # the package's convention: a value of the wrong type is a TypeError, out of range a ValueError
     with pytest.raises(exc, match="every_n_steps must be an integer >= 1; got %s" % repr(bad)[:3]):
         LossScaleHook(every_n_steps=bad)
+
+
+def test_overflow_status_clear_hook_clears_the_register_when_an_evaluation_ends(graph):
+    from npu_loss_scale import emulation  # pylint: disable=import-outside-toplevel
+    evaluation = nls.saturate(tf.constant([1e5], tf.float16))      # overflows
+    status = emulation.npu_get_float_status_v2()
+    hook = nls.OverflowStatusClearHook()
+    hook.begin()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        for _ in range(3):
+            sess.run(evaluation)
+            hook.before_run(None)                  # nothing per step
+        assert sess.run(status)[0] == 1           # sticky while the evaluation runs
+        hook.end(sess)                            # one clear when it ends
+        assert sess.run(status).tolist() == [0] * 8

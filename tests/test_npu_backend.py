@@ -85,16 +85,15 @@ def test_status_is_read_after_every_gradient_and_cleared_after_the_read(stand_in
     model = _build(nls.FixedLossScaleManager(OVERFLOW_SCALE))
     status_ops = [entry for entry in stand_in.LOG if entry[0].startswith("npu_")]
     assert [name for name, _ in status_ops] == [
-        "npu_clear_float_status_v2",   # the step starts: stale overflow is forgotten
-        "npu_get_float_status_v2",     # read ...
+        "npu_get_float_status_v2",     # read (nothing is cleared before: the register is sticky)
         "npu_clear_float_status_v2"]   # ... then clear
-    begin, get, end = [op for _, op in status_ops]
+    get, end = [op for _, op in status_ops]
     before_get = ancestors([get])
     for g in model["grads"]:
         assert g.op in before_get
     assert get in ancestors([end])
     assert get in ancestors([model["opt"].overflow_status_reduce_all])
-    assert begin in ancestors([model["train_op"]])
+    assert end in ancestors([model["train_op"]])
 
 
 def test_overflowed_step_is_skipped_although_its_gradients_look_finite(stand_in, graph, session):
@@ -117,13 +116,19 @@ def test_finite_step_is_applied(stand_in, graph, session):
     assert session.run(model["opt"].skipped_steps) == 0
 
 
-def test_a_stale_overflow_from_another_run_is_not_blamed_on_the_step(stand_in, graph, session):
+def test_an_evaluation_overflow_is_kept_until_the_evaluation_clears_it(stand_in, graph,
+                                                                       session):
     model = _build(nls.FixedLossScaleManager(SAFE_SCALE))
     from npu_bridge.device import device_op  # pylint: disable=import-outside-toplevel
     evaluation = device_op(tf.cast([1e5], tf.float16))  # an eval run that overflows
+    clear = nls.clear_overflow_status(after=[evaluation])
+    assert stand_in.logged("npu_clear_float_status_v2")[-1][1] in ancestors([clear])
     session.run(tf.compat.v1.global_variables_initializer())
     session.run(evaluation)
     assert session.run(emulation.npu_get_float_status_v2()).any()
+    session.run(model["train_op"])                     # sticky, as on the device: skipped
+    np.testing.assert_array_equal(session.run(model["w"]).ravel(), [1.0, 1.0])
+    session.run([evaluation, clear])
     session.run(model["train_op"])
     np.testing.assert_array_equal(session.run(model["w"]).ravel(), [1.0 - LR, 1.0 - LR])
 
@@ -172,8 +177,9 @@ def test_is_distributed_all_reduces_the_status_in_both_modes(stand_in, graph, se
     reduces = stand_in.logged("allreduce")
     assert len(reduces) == 1 and reduces[0][2]["fusion"] == 0
     assert reduces[0][1] in ancestors([model["opt"].overflow_status_reduce_all])
-    for g in model["grads"]:
-        assert g.op in ancestors([reduces[0][2]["input"]])
+    if mode == 0:   # the register is read after every gradient
+        for g in model["grads"]:
+            assert g.op in ancestors([reduces[0][2]["input"]])
     _, w, step = _run_step(session, model)
     np.testing.assert_array_equal(w, [1.0, 1.0])  # locally finite, skipped with the others
     assert step == 0
@@ -193,11 +199,18 @@ def test_no_overflow_check_reads_no_status_and_applies_in_both_modes(stand_in, g
         assert not np.isfinite(w).any()
 
 
-def test_every_gradient_op_runs_after_the_step_clear(stand_in, graph):
+def test_the_npu_backend_makes_no_pass_over_gradient_values(stand_in, graph):
     model = _build(nls.FixedLossScaleManager(OVERFLOW_SCALE))
-    begin = stand_in.logged("npu_clear_float_status_v2")[0][1]
-    gradient_ops = [op for op in graph.get_operations()
-                    if op.name.startswith("gradients/") and op.type != "NoOp"]
-    assert gradient_ops
-    late = [op.name for op in gradient_ops if begin not in ancestors([op])]
-    assert not late, late
+    finite = model["opt"].overflow_status_reduce_all
+    forward = ancestors([model["grads"][0].graph.get_tensor_by_name("Sum:0")])  # the loss
+    reductions = [op for op in ancestors([finite]) if op.type in ("Sum", "All", "Max", "IsFinite")
+                  and op.inputs[0].shape.num_elements() != 8 and op not in forward]
+    assert not reductions, reductions
+
+
+def test_no_clear_runs_before_the_gradients(stand_in, graph):
+    model = _build(nls.FixedLossScaleManager(OVERFLOW_SCALE))
+    clears = [op for _, op in stand_in.logged("npu_clear_float_status_v2")]
+    get = stand_in.logged("npu_get_float_status_v2")[0][1]
+    assert len(clears) == 1 and get in ancestors(clears)
+    assert clears[0] in ancestors([model["train_op"]])

@@ -89,9 +89,9 @@ def test_overflowed_step_changes_no_variable_slot_or_global_step(kind):
             assert not finite
             changed = sorted(n for n in before if not np.array_equal(before[n], after[n]))
             # Only the loss-scale state moves: the scale halves, the counters reset, one skip.
-            assert changed == ["current_loss_scale:0", "good_steps:0", opt.skipped_steps.name]
-            assert after["current_loss_scale:0"] == 2 ** 11
-            assert after[opt.skipped_steps.name] == 1
+            assert changed == ["good_steps_value:0", "loss_scale_value:0"]
+            assert after["loss_scale_value:0"] == 2 ** 11
+            assert sess.run(opt.skipped_steps) == 1
             assert after["global_step:0"] == 1
             # the next finite step trains again
             sess.run(train, {x: batches[2]})
@@ -116,7 +116,7 @@ def test_fixed_manager_without_overflow_check_applies_every_step_and_reads_no_st
                                     nls.FixedLossScaleManager(8, enable_overflow_check=False))
     gs = tf.compat.v1.train.get_or_create_global_step()
     train = opt.minimize(loss, global_step=gs)
-    op_types = {op.type for op in graph.get_operations()}
+    op_types = {op.type for op in graph.get_operations() if "skipped_steps" not in op.name}
     assert "LookupTableFindV2" not in op_types          # no status register read
     assert not [op for op in graph.get_operations() if "overflow_status_reduce_all" in op.name]
     with tf.compat.v1.Session() as sess:
@@ -181,19 +181,24 @@ def test_float16_gradients_are_unscaled_in_float32(graph, session):
     np.testing.assert_allclose(got, coeffs, rtol=2e-3)   # float16 rounding of the scaled grad
 
 
-def test_emulation_backend_treats_max_of_dtype_as_overflow_but_inf_nan_does_not():
-    def run(backend):
+def test_a_gradient_at_max_is_a_value_unless_saturate_recorded_an_overflow():
+    """Saturation events are what saturate() records; a gradient that merely equals float32 MAX
+    (no op overflowed) is a value on every backend. (Before: the emulation backend counted any
+    scaled gradient at +-MAX, at the cost of a second pass over the gradients.)"""
+    def run(backend, saturated):
         with tf.Graph().as_default():
             w = tf.compat.v1.get_variable("w", initializer=1.0)
             loss = w * F32_MAX      # the scaled gradient is exactly +MAX of float32
+            if saturated:
+                loss = nls.saturate(loss * 2.0)
             opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.0),
                                             nls.FixedLossScaleManager(1), backend=backend)
             train = opt.minimize(loss)
             with tf.compat.v1.Session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
-                return sess.run([train, opt.overflow_status_reduce_all])[1]
-    assert run("emulation") is np.False_ or run("emulation") == False  # noqa: E712
-    assert run("inf_nan") == True  # noqa: E712
+                return bool(sess.run([train, opt.overflow_status_reduce_all])[1])
+    assert run("emulation", False) and run("inf_nan", False)
+    assert not run("emulation", True)
 
 
 def test_names_are_fetchable_and_properties_expose_them(graph, session):
@@ -206,7 +211,8 @@ def test_names_are_fetchable_and_properties_expose_them(graph, session):
     finite = graph.get_tensor_by_name("train/overflow_status_reduce_all:0")
     assert finite is opt.overflow_status_reduce_all and finite.dtype == tf.bool
     assert graph.get_tensor_by_name("loss_scale:0").dtype == tf.float32
-    assert opt.skipped_steps.dtype.base_dtype == tf.int64 and not opt.skipped_steps.trainable
+    assert opt.skipped_steps.dtype == tf.int64
+    assert graph.get_tensor_by_name("train/skipped_steps:0") is opt.skipped_steps
     session.run(tf.compat.v1.global_variables_initializer())
     session.run(train, {x: _batches(1)[0], poison: 1e37})
     assert session.run(["loss_scale:0", opt.loss_scale, opt.skipped_steps]) == [512.0, 512.0, 1]
@@ -248,15 +254,17 @@ def test_optimizer_state_save_and_restore(tmp_path):
             sess.run(tf.compat.v1.global_variables_initializer())
             for p in (1e35, 1.0, 1e35, 1e35, 1.0):
                 sess.run(train, {x: batch, poison: p})
-            saved = sess.run([opt.skipped_steps, gs] + mgr.variables)
+            saved = sess.run([gs] + mgr.variables)
+            assert sess.run(opt.skipped_steps) == 3    # a counter outside the checkpoint
             saver.save(sess, path)
-    assert saved[:2] == [3, 2]
+    assert saved[:1] == [2]
     with tf.Graph().as_default():
         x, poison, opt, mgr, gs, train = build()
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as sess:
             saver.restore(sess, path)
-            assert sess.run([opt.skipped_steps, gs] + mgr.variables) == saved
+            assert sess.run([gs] + mgr.variables) == saved
+            assert sess.run(opt.skipped_steps) == 0
 
 
 def test_summaries_are_added_on_request(graph):
@@ -341,9 +349,9 @@ def test_backend_choice_argument_then_environment_then_automatic(monkeypatch):
 
 
 @pytest.mark.parametrize("v1_control_flow", [False, True])
-def test_overflow_seen_in_an_evaluation_fetch_is_not_blamed_on_the_next_step(v1_control_flow):
-    """The register is sticky: an eval run that saturates sets it. The next train step clears
-    it before its gradients run, so only that step's own overflow counts."""
+def test_an_evaluation_overflow_sticks_until_the_evaluation_clears_it(v1_control_flow):
+    """The register is sticky, as on the device: an eval run that saturates sets it, and the
+    next train step skips, unless the evaluation fetches clear_overflow_status with it."""
     if v1_control_flow:
         tf.compat.v1.disable_control_flow_v2()
     try:
@@ -356,36 +364,63 @@ def test_overflow_seen_in_an_evaluation_fetch_is_not_blamed_on_the_next_step(v1_
             opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01),
                                             nls.FixedLossScaleManager(64))
             train = opt.minimize(loss)
+            clear = nls.clear_overflow_status(after=[h])
             feed = {x: np.ones([2, 3], np.float32)}
             with tf.compat.v1.Session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
-                for _ in range(10):
-                    assert sess.run(h, {**feed, boost: 1e5}).max() == 65504.0  # eval: saturates
+                for _ in range(5):
+                    assert sess.run([h, clear], {**feed, boost: 1e5})[0].max() == 65504.0
                     sess.run(train, feed)
                 assert sess.run(opt.skipped_steps) == 0
-                sess.run(train, {**feed, boost: 1e5})          # its own overflow still counts
+                sess.run(h, {**feed, boost: 1e5})          # no clear: the device would skip
+                sess.run(train, feed)
                 assert sess.run(opt.skipped_steps) == 1
+                sess.run(train, {**feed, boost: 1e5})          # its own overflow counts
+                assert sess.run(opt.skipped_steps) == 2
+                sess.run(train, feed)
+                assert sess.run(opt.skipped_steps) == 2
     finally:
         if v1_control_flow:
             tf.compat.v1.enable_control_flow_v2()
 
 
 @pytest.mark.parametrize("backend", ["emulation", "inf_nan"])
-def test_non_finite_gradients_built_outside_compute_gradients_are_caught(graph, session, backend):
-    """apply_gradients alone (gradients from tf.gradients, or altered after compute_gradients)
-    must still see an inf: only gradients whose scaled form was observed skip the scan."""
+def test_gradients_not_from_compute_gradients_are_checked_at_the_read(graph, session, backend):
+    """apply_gradients alone (gradients from tf.gradients) must still see an inf."""
     w = tf.compat.v1.get_variable("w", initializer=[1.0, 2.0])
     bad = tf.compat.v1.placeholder_with_default(1.0, [])
     loss = tf.reduce_sum(w * 3.0)
     opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
                                     nls.FixedLossScaleManager(4), backend=backend)
     outside = opt.apply_gradients([(tf.gradients(loss, w)[0] * bad, w)])
-    (g, v), = opt.compute_gradients(loss, [w])
-    altered = opt.apply_gradients([(g * bad, v)])
     session.run(tf.compat.v1.global_variables_initializer())
-    for train in (outside, altered):
-        session.run(train, {bad: float("inf")})
-        np.testing.assert_array_equal(session.run(w), [1.0, 2.0])
-    session.run(altered)
+    session.run(outside, {bad: float("inf")})
+    np.testing.assert_array_equal(session.run(w), [1.0, 2.0])
+    session.run(outside)
     np.testing.assert_array_equal(session.run(w), [-0.5, 0.5])
-    assert session.run(opt.skipped_steps) == 2
+    assert session.run(opt.skipped_steps) == 1
+
+
+def _gradient_passes(fetch, grads, loss):
+    """Reductions over gradient-sized tensors among the ancestors of ``fetch``, the model's
+    own (those of the loss) left out."""
+    from graph_walk import ancestors  # pylint: disable=import-outside-toplevel
+    sizes = {g.shape.num_elements() for g in grads}
+    model = ancestors([loss])
+    return [op for op in ancestors([fetch]) if op.type in ("Sum", "All", "Max", "Min")
+            and op.inputs[0].shape.num_elements() in sizes and op not in model]
+
+
+@pytest.mark.parametrize("backend", ["emulation", "inf_nan"])
+def test_one_pass_over_the_gradients_even_with_clipping_between_compute_and_apply(graph,
+                                                                                   backend):
+    ws = [tf.compat.v1.get_variable("w%d" % i, shape=[7 + i, 5]) for i in range(4)]
+    loss = tf.add_n([tf.reduce_sum(w * w) for w in ws])
+    opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                    nls.FixedLossScaleManager(4), backend=backend)
+    grads_and_vars = opt.compute_gradients(loss)
+    clipped, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], 1.0)
+    opt.apply_gradients(list(zip(clipped, ws)))
+    passes = _gradient_passes(opt.overflow_status_reduce_all, [g for g, _ in grads_and_vars],
+                              loss)
+    assert len(passes) == len(ws)       # one reduce_sum per gradient, nothing else
