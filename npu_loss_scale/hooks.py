@@ -14,7 +14,10 @@ global step after the step (tensors without side effects); then
 
 * it writes TensorBoard scalars (when given ``output_dir`` or ``summary_writer``):
   ``loss_scale/scale``, ``loss_scale/overflow`` (1 = the step overflowed and was skipped),
-  ``loss_scale/skipped_steps``, ``loss_scale/global_step`` and, with ``loss``, ``loss_scale/loss``.
+  ``loss_scale/skipped_steps``, ``loss_scale/global_step``, with ``loss`` ``loss_scale/loss``
+  and, with a :class:`~npu_loss_scale.MegatronMixedPrecisionOptimizer`, ``loss_scale/grad_norm``
+  and ``loss_scale/num_zeros_in_grad`` (also in the log line: ``grad norm 3 | zeros in grad 1``;
+  NaN and -1 on a skipped step).
   Their step axis is the *training iteration* (applied + skipped steps, i.e.
   ``global_step + skipped_steps``), not ``global_step``: a skipped step does not advance
   ``global_step``, so on that axis a run of overflows would collapse onto one point.
@@ -52,6 +55,8 @@ SUMMARY_TAGS = {
     "skipped_steps": "loss_scale/skipped_steps",
     "global_step": "loss_scale/global_step",
     "loss": "loss_scale/loss",
+    "grad_norm": "loss_scale/grad_norm",
+    "num_zeros_in_grad": "loss_scale/num_zeros_in_grad",
 }
 
 
@@ -122,6 +127,11 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
                 tensors["global_step_after"] = report["global_step"]
             else:
                 tensors["finite"] = None
+            for key in ("grad_norm", "num_zeros_in_grad"):      # MegatronMixedPrecisionOptimizer
+                try:
+                    tensors[key] = getattr(opt, key, None)
+                except RuntimeError:
+                    tensors[key] = None
         else:
             try:
                 tensors["loss_scale"] = graph.get_tensor_by_name(LOSS_SCALE_TENSOR_NAME + ":0")
@@ -168,7 +178,8 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
 
     def before_run(self, run_context):  # pylint: disable=unused-argument
         fetches = {"loss_scale": self._tensors["loss_scale"]}
-        for key in ("finite", "loss", "next_loss_scale", "skipped_after", "global_step_after"):
+        for key in ("finite", "loss", "next_loss_scale", "skipped_after", "global_step_after",
+                    "grad_norm", "num_zeros_in_grad"):
             if self._tensors.get(key) is not None:
                 fetches[key] = self._tensors[key]
         return tf.compat.v1.train.SessionRunArgs(fetches)
@@ -196,7 +207,10 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         global_step = self._global_step
         record = {"iteration": self._iteration, "global_step": global_step,
                   "loss_scale": used_scale, "overflow": overflow,
-                  "skipped_steps": self.skipped_steps, "loss": loss}
+                  "skipped_steps": self.skipped_steps, "loss": loss,
+                  "grad_norm": float(results["grad_norm"]) if "grad_norm" in results else None,
+                  "num_zeros_in_grad": (int(results["num_zeros_in_grad"])
+                                        if "num_zeros_in_grad" in results else None)}
         self.history.append(record)
         if overflow and self._log_overflows:
             self._log("overflow at iteration %d (global step %s): step skipped, loss scale %s -> %s,"
@@ -232,6 +246,10 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         parts.append("iteration %d" % record["iteration"])
         if record["loss"] is not None:
             parts.append("loss %.4f" % record["loss"])
+        if record.get("grad_norm") is not None:
+            parts.append("grad norm %.4g" % record["grad_norm"])
+        if record.get("num_zeros_in_grad") is not None:
+            parts.append("zeros in grad %d" % record["num_zeros_in_grad"])
         return " | ".join(parts)
 
     def _log(self, message):
@@ -255,6 +273,10 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         if record["loss"] is not None:
             values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["loss"],
                                                      simple_value=record["loss"]))
+        for key in ("grad_norm", "num_zeros_in_grad"):
+            if record.get(key) is not None:
+                values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS[key],
+                                                         simple_value=float(record[key])))
         self._writer.add_summary(tf.compat.v1.Summary(value=values), record["iteration"])
 
 

@@ -183,3 +183,25 @@ def test_overflow_status_clear_hook_clears_the_register_when_an_evaluation_ends(
         assert sess.run(status)[0] == 1           # sticky while the evaluation runs
         hook.end(sess)                            # one clear when it ends
         assert sess.run(status).tolist() == [0] * 8
+
+
+def test_hook_logs_grad_norm_and_zero_count_of_megatron_optimizer(graph):
+    # d(loss)/dw = x: with x = [3, 0, 4] the norm is 5 and one entry is zero; with an inf in x
+    # the step overflows and the optimizer reports NaN and -1 for it.
+    w = tf.compat.v1.get_variable("w", initializer=tf.constant([1.0, 1.0, 1.0]),
+                                  use_resource=True)
+    x = tf.compat.v1.placeholder(tf.float32, [3], name="x")
+    loss = tf.reduce_sum(w * x)
+    opt = nls.MegatronMixedPrecisionOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1), nls.ConstantGradScaler(8.0),
+        log_num_zeros_in_grad=True)
+    train = opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+    lines = []
+    hook = LossScaleHook(opt, every_n_steps=1, log_fn=lines.append)
+    _run([hook], train, x, [[3.0, 0.0, 4.0], [INF, 0.0, 0.0]])
+    assert [h["grad_norm"] for h in hook.history][0] == pytest.approx(5.0)
+    assert np.isnan(hook.history[1]["grad_norm"])
+    assert [h["num_zeros_in_grad"] for h in hook.history] == [1, -1]
+    regular = [line for line in lines if line.startswith("loss scale")]
+    assert "grad norm 5 | zeros in grad 1" in regular[0]
+    assert "grad norm nan | zeros in grad -1" in regular[1]
