@@ -197,6 +197,79 @@ def test_load_state_dict_rejects_bad_input(sd, exc, words):
         assert w in str(info.value)
 
 
+_GOOD_SD = {"scale": 4.0, "growth_tracker": 1, "hysteresis_tracker": -2}
+
+
+@pytest.mark.parametrize("key, value, accepted", [
+    ("scale", -1.0, "> 0"),
+    ("scale", 0.0, "> 0"),
+    ("scale", 1e39, "float32 max"),            # would be stored as inf
+    ("scale", 1e-50, "> 0"),                   # would be stored as 0.0
+    ("scale", float("nan"), "finite"),
+    ("growth_tracker", 10 ** 12, "int32"),     # would wrap to -727379968
+    ("growth_tracker", -7, ">= 0"),
+    ("growth_tracker", 2.5, "integer"),
+    ("growth_tracker", float("nan"), "integer"),
+    ("hysteresis_tracker", -2 ** 31 - 1, "int32"),
+    ("hysteresis_tracker", 2 ** 31, "int32"),
+    ("hysteresis_tracker", 1.5, "integer"),
+])
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_load_state_dict_refuses_impossible_state_and_changes_nothing(key, value, accepted, mode):
+    bad = dict(_GOOD_SD, **{key: value})
+    if mode == "eager":
+        scaler = nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 3, 2)
+        scaler.load_state_dict(_GOOD_SD)
+        with pytest.raises(ValueError) as info:
+            scaler.load_state_dict(bad)
+        assert scaler.state_dict() == _GOOD_SD
+    else:
+        with tf.Graph().as_default():
+            scaler = nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 3, 2)
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                scaler.load_state_dict(_GOOD_SD, session=sess)
+                with pytest.raises(ValueError) as info:
+                    scaler.load_state_dict(bad, session=sess)
+                assert scaler.state_dict(session=sess) == _GOOD_SD
+    message = str(info.value)
+    assert "state_dict[%r]" % key in message
+    assert repr(value) in message or repr(float(value)) in message
+    assert accepted in message
+
+
+def test_load_state_dict_accepts_the_extremes_of_the_limits():
+    scaler = nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 3, 2)
+    extremes = {"scale": F32_MAX, "growth_tracker": 2 ** 31 - 1, "hysteresis_tracker": -2 ** 31}
+    scaler.load_state_dict(extremes)
+    assert scaler.state_dict() == extremes
+    scaler.load_state_dict({"scale": 1e-45, "growth_tracker": 0.0, "hysteresis_tracker": 3.0})
+    assert scaler.state_dict() == {"scale": float(np.float32(1e-45)), "growth_tracker": 0,
+                                   "hysteresis_tracker": 3}
+
+
+@pytest.mark.parametrize("key, value, accepted", [
+    ("loss_scale", -5.0, ">= 1"),
+    ("loss_scale", 0.5, ">= 1"),
+    ("loss_scale", float("inf"), "finite"),
+    ("loss_scale", 1e39, "float32 max"),
+    ("good_steps", -3, ">= 0"),
+    ("bad_steps", 2 ** 31, "int32"),
+    ("good_steps", 1.5, "integer"),
+])
+def test_ascend_manager_load_state_dict_refuses_impossible_state(key, value, accepted):
+    mgr = nls.ExponentialUpdateLossScaleManager(init_loss_scale=1024, incr_every_n_steps=10,
+                                                decr_every_n_nan_or_inf=2, decr_ratio=0.5)
+    good = {"loss_scale": 256.0, "good_steps": 4, "bad_steps": 1}
+    mgr.load_state_dict(good)
+    with pytest.raises(ValueError) as info:
+        mgr.load_state_dict(dict(dict(good, loss_scale=512.0, good_steps=5), **{key: value}))
+    assert mgr.state_dict() == good
+    message = str(info.value)
+    assert "state_dict[%r]" % key in message and repr(value) in message
+    assert accepted in message
+
+
 def test_ascend_managers_gain_state_dict_in_eager_and_graph_mode():
     mgr = nls.ExponentialUpdateLossScaleManager(1024, incr_every_n_steps=5,
                                                 decr_every_n_nan_or_inf=3)
