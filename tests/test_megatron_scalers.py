@@ -409,6 +409,76 @@ def test_update_takes_found_inf_flags_or_tensorflow_gradients():
     assert bool(should_apply) and scaler.state_dict()["growth_tracker"] == 1
 
 
+@pytest.mark.parametrize("found_inf, overflowed", [
+    (True, True), (False, False), (1, True), (0, False),
+    (np.bool_(True), True), (np.int64(1), True), (np.int32(0), False), (np.float32(2.0), True),
+    (np.array([1.0], np.float32), True), (np.array([[0]]), False),
+    (tf.constant(1), True), (tf.constant(0, tf.int64), False),
+    (tf.constant(1.0), True), (tf.constant([1.0]), True), (tf.constant([0.0]), False),
+    (tf.constant([np.nan]), True), (tf.constant([[True]]), True), (tf.constant(False), False),
+])
+def test_update_reads_megatron_found_inf_in_every_form(found_inf, overflowed):
+    # growth_interval=1: a finite step grows 1024 -> 2048, an overflow backs off to 512
+    scaler = nls.DynamicGradScaler(1024.0, 1.0, 2.0, 0.5, 1, 1)
+    assert scaler.update(found_inf) is None
+    assert scaler.state_dict()["scale"] == (512.0 if overflowed else 2048.0)
+    constant = nls.ConstantGradScaler(8.0)
+    assert constant.update(found_inf) is None and float(constant.scale) == 8.0
+
+
+def test_update_reads_megatron_found_inf_fed_in_graph_mode():
+    with tf.Graph().as_default():
+        scaler = nls.DynamicGradScaler(1024.0, 1.0, 2.0, 0.5, 1, 1)
+        shaped = tf.compat.v1.placeholder(tf.float32, [1])     # Megatron's found_inf
+        unknown = tf.compat.v1.placeholder(tf.float32, None)   # shape known only when it runs
+        up_shaped, up_unknown = scaler.update(shaped), scaler.update(unknown)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(up_shaped, {shaped: [1.0]})
+            assert scaler.state_dict(session=sess)["scale"] == 512.0
+            sess.run(up_unknown, {unknown: [[0.0]]})
+            assert scaler.state_dict(session=sess)["scale"] == 1024.0
+            with pytest.raises(tf.errors.InvalidArgumentError, match="exactly one element"):
+                sess.run(up_unknown, {unknown: [0.0, 1.0]})
+            assert scaler.state_dict(session=sess)["scale"] == 1024.0
+
+
+@pytest.mark.parametrize("bad", [
+    2, -1, 1.0, "x", None, object(),
+    tf.constant([1.0, 0.0]), tf.constant([True, False]), np.array([1, 0]), np.array([]),
+    tf.constant("yes"), np.array(["1"]),
+])
+def test_update_refuses_what_is_neither_found_inf_nor_gradients(bad):
+    for scaler in (nls.DynamicGradScaler(1024.0, 1.0, 2.0, 0.5, 1, 1),
+                   nls.ConstantGradScaler(8.0), _HalvingScaler(64.0)):
+        before = float(scaler.scale)
+        with pytest.raises(TypeError) as info:
+            scaler.update(bad)
+        message = str(info.value)
+        assert "found_inf" in message and "exactly one element" in message
+        assert "list, tuple or dict" in message and repr(bad) in message
+        assert float(scaler.scale) == before
+
+
+def test_a_user_subclass_receives_found_inf_as_a_bool():
+    seen = []
+
+    class Recording(_HalvingScaler):
+        def update(self, found_inf):
+            seen.append(found_inf)
+            return super().update(found_inf)
+
+    scaler = Recording(64.0)
+    scaler.update(1)
+    scaler.update(np.int64(0))
+    scaler.update(tf.constant([1.0]))
+    assert seen[:2] == [True, False] and all(type(v) is bool for v in seen[:2])
+    assert seen[2].dtype == tf.bool and seen[2].shape == () and bool(seen[2])
+    assert float(scaler.scale) == 16.0
+    _, should_apply = scaler.update({"w": tf.constant([1.0, 2.0]), "b": tf.constant([np.inf])})
+    assert not bool(should_apply) and float(scaler.scale) == 8.0
+
+
 # -- stuck at the minimum ---------------------------------------------------------------------
 def test_stuck_at_min_scale_warns_by_default_and_keeps_going(capfd):
     scaler = nls.DynamicGradScaler(2.0, 2.0, 2.0, 0.5, 10, 1)
