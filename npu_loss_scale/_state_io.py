@@ -89,25 +89,31 @@ def _checked_value(owner_name, key, value, dtype, limits=None):
     where = "%s.load_state_dict(): state_dict[%r]" % (owner_name, key)
     if isinstance(value, (tf.Tensor, tf.Variable)) and hasattr(value, "numpy"):
         value = value.numpy()
-    array = np.asarray(value)
-    if array.size != 1 or not np.issubdtype(array.dtype, np.number) \
-            or np.issubdtype(array.dtype, np.complexfloating) or isinstance(value, bool):
-        raise TypeError("%s must be %s (a number, or a one-element array or tensor); got %r "
-                        "(type %s)" % (where, accepted, value, type(value).__name__))
-    number = array.reshape(()).item()
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        number = int(value)      # any size: NumPy would make an object array of a huge int
+    else:
+        array = np.asarray(value)
+        if array.size != 1 or not np.issubdtype(array.dtype, np.number) \
+                or np.issubdtype(array.dtype, np.complexfloating) or isinstance(value, bool):
+            raise TypeError("%s must be %s (a number, or a one-element array or tensor); got "
+                            "%r (type %s)" % (where, accepted, value, type(value).__name__))
+        number = array.reshape(()).item()
+    value_for_message = number
     if dtype.is_floating:
+        if isinstance(number, int):
+            number = float(number) if abs(number) <= _FLOAT32_MAX * 2 else float("inf")
         with np.errstate(over="ignore", under="ignore"):
             stored = float(np.asarray(number, dtype=dtype.as_numpy_dtype))
         if not np.isfinite(number) or not np.isfinite(stored):
-            raise ValueError("%s must be %s; got %r" % (where, accepted, number))
+            raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
         result = stored
     else:
-        if not float(number).is_integer():
-            raise ValueError("%s must be %s; got %r" % (where, accepted, number))
+        if not isinstance(number, int) and not float(number).is_integer():
+            raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
         result = int(number)
     too_low = result < minimum if min_inclusive else result <= minimum
     if too_low or result > maximum:
-        raise ValueError("%s must be %s; got %r" % (where, accepted, number))
+        raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
     return float(number) if dtype.is_floating else result
 
 

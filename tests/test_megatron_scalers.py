@@ -206,7 +206,10 @@ _GOOD_SD = {"scale": 4.0, "growth_tracker": 1, "hysteresis_tracker": -2}
     ("scale", 1e39, "float32 max"),            # would be stored as inf
     ("scale", 1e-50, "> 0"),                   # would be stored as 0.0
     ("scale", float("nan"), "finite"),
+    ("scale", 10 ** 39, "float32 max"),
+    ("scale", 10 ** 400, "float32 max"),
     ("growth_tracker", 10 ** 12, "int32"),     # would wrap to -727379968
+    ("growth_tracker", 10 ** 20, "int32"),     # beyond int64 too
     ("growth_tracker", -7, ">= 0"),
     ("growth_tracker", 2.5, "integer"),
     ("growth_tracker", float("nan"), "integer"),
@@ -246,6 +249,10 @@ def test_load_state_dict_accepts_the_extremes_of_the_limits():
     scaler.load_state_dict({"scale": 1e-45, "growth_tracker": 0.0, "hysteresis_tracker": 3.0})
     assert scaler.state_dict() == {"scale": float(np.float32(1e-45)), "growth_tracker": 0,
                                    "hysteresis_tracker": 3}
+    scaler.load_state_dict({"scale": 10 ** 30, "growth_tracker": np.int64(5),
+                            "hysteresis_tracker": tf.constant(-4)})
+    assert scaler.state_dict() == {"scale": float(np.float32(1e30)), "growth_tracker": 5,
+                                   "hysteresis_tracker": -4}
 
 
 @pytest.mark.parametrize("key, value, accepted", [
