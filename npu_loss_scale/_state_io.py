@@ -50,35 +50,86 @@ def read(owner, variables_fn, session=None):
     return {k: _python_value(values[k], named[k].dtype) for k in named}
 
 
-def _checked_value(owner_name, key, value, dtype):
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT32_MIN = int(np.iinfo(np.int32).min)
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+#: What a state dict may hold, per key: ``(minimum, min_inclusive, maximum, accepted-text)``.
+#: Scales are checked after rounding to float32 (what the variable stores): finite and in
+#: ``(0, float32 max]`` (an Ascend manager's ``loss_scale`` >= 1, as its constructor demands).
+#: Counters are integers that fit int32 and are >= 0, except ``hysteresis_tracker`` which Megatron
+#: lets go below zero.
+LIMITS = {
+    "scale": (0.0, False, _FLOAT32_MAX,
+              "a finite number > 0 and <= 3.4028235e38 (float32 max)"),
+    "loss_scale": (1.0, True, _FLOAT32_MAX,
+                   "a finite number >= 1 and <= 3.4028235e38 (float32 max)"),
+    "growth_tracker": (0, True, _INT32_MAX, "an integer >= 0 and <= %d (int32)" % _INT32_MAX),
+    "good_steps": (0, True, _INT32_MAX, "an integer >= 0 and <= %d (int32)" % _INT32_MAX),
+    "bad_steps": (0, True, _INT32_MAX, "an integer >= 0 and <= %d (int32)" % _INT32_MAX),
+    "hysteresis_tracker": (_INT32_MIN, True, _INT32_MAX,
+                           "an integer >= %d and <= %d (int32; it may be negative, as in "
+                           "Megatron)" % (_INT32_MIN, _INT32_MAX)),
+}
+
+
+def _default_limits(dtype):
+    if dtype.is_floating:
+        top = float(dtype.max)
+        return (-top, True, top, "a finite number that fits %s" % dtype.name)
+    return (int(dtype.min), True, int(dtype.max),
+            "an integer >= %d and <= %d (%s)" % (int(dtype.min), int(dtype.max), dtype.name))
+
+
+def _checked_value(owner_name, key, value, dtype, limits=None):
+    """``value`` as a Python number after checking it against ``limits`` (default: the
+    :data:`LIMITS` entry of ``key``, else the range of ``dtype``); raises naming the key."""
+    minimum, min_inclusive, maximum, accepted = (
+        limits or LIMITS.get(key) or _default_limits(dtype))
+    where = "%s.load_state_dict(): state_dict[%r]" % (owner_name, key)
     if isinstance(value, (tf.Tensor, tf.Variable)) and hasattr(value, "numpy"):
         value = value.numpy()
-    array = np.asarray(value)
-    if array.size != 1 or not np.issubdtype(array.dtype, np.number) or isinstance(value, bool):
-        raise TypeError("%s.load_state_dict(): state_dict[%r] must be a number (or a one-element "
-                        "array or tensor); got %r (type %s)"
-                        % (owner_name, key, value, type(value).__name__))
-    number = array.reshape(()).item()
-    if not dtype.is_floating:
-        if isinstance(number, numbers.Real) and float(number).is_integer():
-            return int(number)
-        raise ValueError("%s.load_state_dict(): state_dict[%r] must be an integer; got %r"
-                         % (owner_name, key, number))
-    if not np.isfinite(number):
-        raise ValueError("%s.load_state_dict(): state_dict[%r] must be finite; got %r"
-                         % (owner_name, key, number))
-    return float(number)
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        number = int(value)      # any size: NumPy would make an object array of a huge int
+    else:
+        array = np.asarray(value)
+        if array.size != 1 or not np.issubdtype(array.dtype, np.number) \
+                or np.issubdtype(array.dtype, np.complexfloating) or isinstance(value, bool):
+            raise TypeError("%s must be %s (a number, or a one-element array or tensor); got "
+                            "%r (type %s)" % (where, accepted, value, type(value).__name__))
+        number = array.reshape(()).item()
+    value_for_message = number
+    if dtype.is_floating:
+        if isinstance(number, int):
+            number = float(number) if abs(number) <= _FLOAT32_MAX * 2 else float("inf")
+        with np.errstate(over="ignore", under="ignore"):
+            stored = float(np.asarray(number, dtype=dtype.as_numpy_dtype))
+        if not np.isfinite(number) or not np.isfinite(stored):
+            raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
+        result = stored
+    else:
+        if not isinstance(number, int) and not float(number).is_integer():
+            raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
+        result = int(number)
+    too_low = result < minimum if min_inclusive else result <= minimum
+    if too_low or result > maximum:
+        raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
+    return float(number) if dtype.is_floating else result
 
 
-def write(owner, variables_fn, state_dict, session=None):
-    """Assigns ``state_dict``'s values to the variables; every key must be present, no other."""
+def write(owner, variables_fn, state_dict, session=None, limits=None):
+    """Assigns ``state_dict``'s values to the variables; every key must be present, no other.
+
+    Every value is checked (see :data:`LIMITS`; ``limits`` maps a key to its own
+    ``(minimum, min_inclusive, maximum, accepted-text)``) before any is assigned, so a refused
+    state dict changes nothing."""
     owner_name = type(owner).__name__
     if not isinstance(state_dict, dict):
         raise TypeError("%s.load_state_dict() takes a dict; got %r (type %s)"
                         % (owner_name, state_dict, type(state_dict).__name__))
     if tf.executing_eagerly():
         named = variables_fn()
-        values = _checked_values(owner_name, named, state_dict)
+        values = _checked_values(owner_name, named, state_dict, limits)
         for k, var in named.items():
             var.assign(tf.constant(values[k], dtype=var.dtype))
         return None
@@ -86,7 +137,7 @@ def write(owner, variables_fn, state_dict, session=None):
     graph = session.graph
     with graph.as_default():
         named = variables_fn()
-        values = _checked_values(owner_name, named, state_dict)
+        values = _checked_values(owner_name, named, state_dict, limits)
         cache = owner.__dict__.get(_CACHE_ATTR)
         if cache is None:
             cache = weakref.WeakKeyDictionary()
@@ -103,10 +154,12 @@ def write(owner, variables_fn, state_dict, session=None):
     return None
 
 
-def _checked_values(owner_name, named, state_dict):
+def _checked_values(owner_name, named, state_dict, limits=None):
     missing = [k for k in named if k not in state_dict]
     unknown = [k for k in state_dict if k not in named]
     if missing or unknown:
         raise KeyError("%s.load_state_dict(): expected the keys %s; missing %s, unknown %s"
                        % (owner_name, sorted(named), sorted(missing), sorted(map(str, unknown))))
-    return {k: _checked_value(owner_name, k, state_dict[k], v.dtype) for k, v in named.items()}
+    limits = limits or {}
+    return {k: _checked_value(owner_name, k, state_dict[k], v.dtype, limits.get(k))
+            for k, v in named.items()}

@@ -19,11 +19,18 @@ The two meanings of ``update``
 Megatron's ``update(found_inf)`` takes a flag that is True when the step overflowed. TensorFlow's
 ``LossScale.update(grads)`` (which every manager inherits, and which TensorFlow's own optimizer
 calls) takes the gradients and returns ``(update_op, should_apply)``. Here ``update`` accepts both:
-an argument that is a Python/NumPy bool or a bool tensor is Megatron's ``found_inf``; anything
-else (a list, tuple or dict of gradients, or a floating tensor) is TensorFlow's gradients. The
-same dispatch wraps the ``update`` of every subclass, so a subclass that defines only Megatron's
-methods (``update(found_inf)``, ``state_dict()``, ``load_state_dict(state_dict)``) works with
-every optimizer. NPULossScaleOptimizer itself calls ``update_loss_scale(finite)``, which is
+
+* Megatron's ``found_inf`` (nonzero = the step overflowed): a Python bool, a Python int 0 or 1,
+  a NumPy bool, integer or float scalar, or a bool or numeric tensor or array with exactly one element (such
+  as Megatron's own float32 ``found_inf`` of shape ``[1]``);
+* TensorFlow's gradients: a list, tuple or dict (any nested structure) of gradient tensors;
+* anything else (a lone gradient tensor of several elements, a Python float, a string, None)
+  is a ``TypeError`` naming ``found_inf`` and what is accepted.
+
+The same dispatch wraps the ``update`` of every subclass, so a subclass that defines only
+Megatron's methods (``update(found_inf)``, ``state_dict()``, ``load_state_dict(state_dict)``)
+works with every optimizer; its ``update`` receives ``found_inf`` as a Python bool or a scalar
+bool tensor. NPULossScaleOptimizer itself calls ``update_loss_scale(finite)``, which is
 ``update(not finite)``.
 
 Eager and graph mode
@@ -47,35 +54,83 @@ from .policy import LOSS_SCALE_TENSOR_NAME, LossScaleManager
 STUCK_MESSAGE = "npu_loss_scale: loss scale stuck at its minimum"
 
 
-def _is_flag(value):
-    """True when ``value`` is Megatron's ``found_inf`` (a bool), not TensorFlow's gradients."""
+FOUND_INF_ACCEPTED = (
+    "found_inf (Megatron's overflow flag; nonzero = the step overflowed) is a Python bool, a "
+    "Python int 0 or 1, a NumPy bool, integer or float scalar, or a bool or numeric (integer "
+    "or floating) tensor or array with exactly one element, such as Megatron's float32 found_inf of shape "
+    "[1]; TensorFlow's gradients go in a list, tuple or dict")
+
+
+def _found_inf_error(value, why=""):
+    return TypeError("update(): %s; got %r (type %s)%s"
+                     % (FOUND_INF_ACCEPTED, value, type(value).__name__, why))
+
+
+def _flag_dtype_ok(dtype):
+    return dtype == tf.bool or dtype.is_integer or dtype.is_floating
+
+
+def _as_found_inf(value):
+    """Megatron's ``found_inf`` as a Python bool or a scalar bool tensor.
+
+    Returns None when ``value`` is TensorFlow's gradients (a list, tuple, dict or other nested
+    structure); raises TypeError when it is neither (see :data:`FOUND_INF_ACCEPTED`)."""
     if isinstance(value, (bool, np.bool_)):
-        return True
+        return bool(value)
+    if isinstance(value, int):                       # a Python int, not a bool (handled above)
+        if value in (0, 1):
+            return bool(value)
+        raise _found_inf_error(value, " (a Python int is a flag only as 0 or 1)")
+    if isinstance(value, np.generic):
+        if np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype, np.floating):
+            return bool(value != 0)
+        raise _found_inf_error(value)
     if isinstance(value, np.ndarray):
-        return value.dtype == np.bool_
+        if not (value.dtype == np.bool_ or np.issubdtype(value.dtype, np.integer)
+                or np.issubdtype(value.dtype, np.floating)):
+            raise _found_inf_error(value)
+        if value.size != 1:
+            raise _found_inf_error(value, " (an array of %d elements)" % value.size)
+        return bool(value.reshape(()) != 0)
     if isinstance(value, (tf.Tensor, tf.Variable)):
-        return value.dtype == tf.bool
-    return False
+        tensor = tf.convert_to_tensor(value)
+        if not _flag_dtype_ok(tensor.dtype):
+            raise _found_inf_error(value)
+        size = tensor.shape.num_elements()
+        if size is not None and size != 1:
+            raise _found_inf_error(value, " (a tensor of %d elements)" % size)
+        if size is None:   # graph mode, shape not known yet: checked when it runs
+            check = tf.debugging.assert_equal(
+                tf.size(tensor), 1, message="update(): found_inf must have exactly one element")
+            with tf.control_dependencies([check]):
+                tensor = tf.identity(tensor)
+        tensor = tf.reshape(tensor, [])
+        if tensor.dtype != tf.bool:
+            tensor = tf.not_equal(tensor, tf.zeros([], tensor.dtype))
+        return tensor
+    if tf.nest.is_nested(value):
+        return None
+    raise _found_inf_error(value)
 
 
 def _found_inf_flag(found_inf):
-    """A scalar bool tensor from a bool, a NumPy bool or a bool tensor of one element."""
-    if not _is_flag(found_inf):
-        raise TypeError("found_inf must be a bool or a bool tensor (True = the step overflowed); "
-                        "got %r (type %s)" % (found_inf, type(found_inf).__name__))
-    flag = tf.convert_to_tensor(found_inf, dtype=tf.bool)
-    if flag.shape.rank is not None and flag.shape.rank > 0:
-        flag = tf.reduce_any(flag)
-    return flag
+    """A scalar bool tensor from anything :func:`_as_found_inf` takes as ``found_inf``."""
+    flag = _as_found_inf(found_inf)
+    if flag is None:
+        raise _found_inf_error(found_inf)
+    return tf.convert_to_tensor(flag, dtype=tf.bool)
 
 
 def _dispatching_update(method):
-    """Wraps a Megatron-style ``update(found_inf)`` so TensorFlow's ``update(grads)`` works too."""
+    """Wraps a Megatron-style ``update(found_inf)`` so TensorFlow's ``update(grads)`` works too.
+
+    ``found_inf`` reaches ``method`` as a Python bool or a scalar bool tensor."""
 
     @functools.wraps(method)
     def update(self, found_inf_or_grads):
-        if _is_flag(found_inf_or_grads):
-            return method(self, found_inf_or_grads)
+        flag = _as_found_inf(found_inf_or_grads)
+        if flag is not None:
+            return method(self, flag)
         # TensorFlow's LossScale.update(grads): returns (update_op, should_apply_gradients).
         return LossScaleManager.update(self, found_inf_or_grads)
 
@@ -87,8 +142,9 @@ class MegatronGradScaler(LossScaleManager):
     """Abstract Megatron grad scaler: a float32 ``scale`` variable and Megatron's interface.
 
     Subclasses implement ``update(found_inf)``, ``state_dict()`` and ``load_state_dict(sd)``, as in
-    Megatron-Core. ``found_inf`` reaches ``update`` as given by the caller: a Python bool, or a
-    scalar bool tensor in graph code; return the op that updates the state (or None in eager
+    Megatron-Core. ``found_inf`` reaches ``update`` as a Python bool (from a Python or NumPy
+    bool or int, or a one-element array) or a scalar bool tensor (from a one-element bool or
+    numeric tensor: nonzero = overflow); return the op that updates the state (or None in eager
     mode). The scale lives in :attr:`scale_variable`; assign to it to change the scale.
 
     Example (a scaler that halves on every overflow and never grows)::
@@ -151,9 +207,13 @@ class MegatronGradScaler(LossScaleManager):
 
     @abc.abstractmethod
     def update(self, found_inf):  # pylint: disable=arguments-renamed
-        """Megatron: moves the state given ``found_inf`` (True = the step overflowed).
+        """Megatron: moves the state given ``found_inf`` (nonzero = the step overflowed).
 
-        Also TensorFlow's ``update(grads)``: see the module docstring.
+        ``found_inf`` is a Python bool, a Python int 0 or 1, a NumPy bool, integer or float
+        scalar, or a bool or numeric tensor or array with exactly one element (Megatron's float32 ``found_inf`` of
+        shape ``[1]`` included). A list, tuple or dict of gradient tensors is TensorFlow's
+        ``LossScale.update(grads)`` instead, which returns ``(update_op, should_apply)``.
+        Anything else raises ``TypeError`` naming ``found_inf`` and what is accepted.
         """
 
     @abc.abstractmethod

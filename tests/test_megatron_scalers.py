@@ -197,6 +197,86 @@ def test_load_state_dict_rejects_bad_input(sd, exc, words):
         assert w in str(info.value)
 
 
+_GOOD_SD = {"scale": 4.0, "growth_tracker": 1, "hysteresis_tracker": -2}
+
+
+@pytest.mark.parametrize("key, value, accepted", [
+    ("scale", -1.0, "> 0"),
+    ("scale", 0.0, "> 0"),
+    ("scale", 1e39, "float32 max"),            # would be stored as inf
+    ("scale", 1e-50, "> 0"),                   # would be stored as 0.0
+    ("scale", float("nan"), "finite"),
+    ("scale", 10 ** 39, "float32 max"),
+    ("scale", 10 ** 400, "float32 max"),
+    ("growth_tracker", 10 ** 12, "int32"),     # would wrap to -727379968
+    ("growth_tracker", 10 ** 20, "int32"),     # beyond int64 too
+    ("growth_tracker", -7, ">= 0"),
+    ("growth_tracker", 2.5, "integer"),
+    ("growth_tracker", float("nan"), "integer"),
+    ("hysteresis_tracker", -2 ** 31 - 1, "int32"),
+    ("hysteresis_tracker", 2 ** 31, "int32"),
+    ("hysteresis_tracker", 1.5, "integer"),
+])
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_load_state_dict_refuses_impossible_state_and_changes_nothing(key, value, accepted, mode):
+    bad = dict(_GOOD_SD, **{key: value})
+    if mode == "eager":
+        scaler = nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 3, 2)
+        scaler.load_state_dict(_GOOD_SD)
+        with pytest.raises(ValueError) as info:
+            scaler.load_state_dict(bad)
+        assert scaler.state_dict() == _GOOD_SD
+    else:
+        with tf.Graph().as_default():
+            scaler = nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 3, 2)
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                scaler.load_state_dict(_GOOD_SD, session=sess)
+                with pytest.raises(ValueError) as info:
+                    scaler.load_state_dict(bad, session=sess)
+                assert scaler.state_dict(session=sess) == _GOOD_SD
+    message = str(info.value)
+    assert "state_dict[%r]" % key in message
+    assert repr(value) in message or repr(float(value)) in message
+    assert accepted in message
+
+
+def test_load_state_dict_accepts_the_extremes_of_the_limits():
+    scaler = nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 3, 2)
+    extremes = {"scale": F32_MAX, "growth_tracker": 2 ** 31 - 1, "hysteresis_tracker": -2 ** 31}
+    scaler.load_state_dict(extremes)
+    assert scaler.state_dict() == extremes
+    scaler.load_state_dict({"scale": 1e-45, "growth_tracker": 0.0, "hysteresis_tracker": 3.0})
+    assert scaler.state_dict() == {"scale": float(np.float32(1e-45)), "growth_tracker": 0,
+                                   "hysteresis_tracker": 3}
+    scaler.load_state_dict({"scale": 10 ** 30, "growth_tracker": np.int64(5),
+                            "hysteresis_tracker": tf.constant(-4)})
+    assert scaler.state_dict() == {"scale": float(np.float32(1e30)), "growth_tracker": 5,
+                                   "hysteresis_tracker": -4}
+
+
+@pytest.mark.parametrize("key, value, accepted", [
+    ("loss_scale", -5.0, ">= 1"),
+    ("loss_scale", 0.5, ">= 1"),
+    ("loss_scale", float("inf"), "finite"),
+    ("loss_scale", 1e39, "float32 max"),
+    ("good_steps", -3, ">= 0"),
+    ("bad_steps", 2 ** 31, "int32"),
+    ("good_steps", 1.5, "integer"),
+])
+def test_ascend_manager_load_state_dict_refuses_impossible_state(key, value, accepted):
+    mgr = nls.ExponentialUpdateLossScaleManager(init_loss_scale=1024, incr_every_n_steps=10,
+                                                decr_every_n_nan_or_inf=2, decr_ratio=0.5)
+    good = {"loss_scale": 256.0, "good_steps": 4, "bad_steps": 1}
+    mgr.load_state_dict(good)
+    with pytest.raises(ValueError) as info:
+        mgr.load_state_dict(dict(dict(good, loss_scale=512.0, good_steps=5), **{key: value}))
+    assert mgr.state_dict() == good
+    message = str(info.value)
+    assert "state_dict[%r]" % key in message and repr(value) in message
+    assert accepted in message
+
+
 def test_ascend_managers_gain_state_dict_in_eager_and_graph_mode():
     mgr = nls.ExponentialUpdateLossScaleManager(1024, incr_every_n_steps=5,
                                                 decr_every_n_nan_or_inf=3)
@@ -334,6 +414,76 @@ def test_update_takes_found_inf_flags_or_tensorflow_gradients():
     assert not bool(should_apply) and float(scaler.scale) == 2.0
     _, should_apply = scaler.update([tf.constant([1.0, 2.0])])
     assert bool(should_apply) and scaler.state_dict()["growth_tracker"] == 1
+
+
+@pytest.mark.parametrize("found_inf, overflowed", [
+    (True, True), (False, False), (1, True), (0, False),
+    (np.bool_(True), True), (np.int64(1), True), (np.int32(0), False), (np.float32(2.0), True),
+    (np.array([1.0], np.float32), True), (np.array([[0]]), False),
+    (tf.constant(1), True), (tf.constant(0, tf.int64), False),
+    (tf.constant(1.0), True), (tf.constant([1.0]), True), (tf.constant([0.0]), False),
+    (tf.constant([np.nan]), True), (tf.constant([[True]]), True), (tf.constant(False), False),
+])
+def test_update_reads_megatron_found_inf_in_every_form(found_inf, overflowed):
+    # growth_interval=1: a finite step grows 1024 -> 2048, an overflow backs off to 512
+    scaler = nls.DynamicGradScaler(1024.0, 1.0, 2.0, 0.5, 1, 1)
+    assert scaler.update(found_inf) is None
+    assert scaler.state_dict()["scale"] == (512.0 if overflowed else 2048.0)
+    constant = nls.ConstantGradScaler(8.0)
+    assert constant.update(found_inf) is None and float(constant.scale) == 8.0
+
+
+def test_update_reads_megatron_found_inf_fed_in_graph_mode():
+    with tf.Graph().as_default():
+        scaler = nls.DynamicGradScaler(1024.0, 1.0, 2.0, 0.5, 1, 1)
+        shaped = tf.compat.v1.placeholder(tf.float32, [1])     # Megatron's found_inf
+        unknown = tf.compat.v1.placeholder(tf.float32, None)   # shape known only when it runs
+        up_shaped, up_unknown = scaler.update(shaped), scaler.update(unknown)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(up_shaped, {shaped: [1.0]})
+            assert scaler.state_dict(session=sess)["scale"] == 512.0
+            sess.run(up_unknown, {unknown: [[0.0]]})
+            assert scaler.state_dict(session=sess)["scale"] == 1024.0
+            with pytest.raises(tf.errors.InvalidArgumentError, match="exactly one element"):
+                sess.run(up_unknown, {unknown: [0.0, 1.0]})
+            assert scaler.state_dict(session=sess)["scale"] == 1024.0
+
+
+@pytest.mark.parametrize("bad", [
+    2, -1, 1.0, "x", None, object(),
+    tf.constant([1.0, 0.0]), tf.constant([True, False]), np.array([1, 0]), np.array([]),
+    tf.constant("yes"), np.array(["1"]),
+])
+def test_update_refuses_what_is_neither_found_inf_nor_gradients(bad):
+    for scaler in (nls.DynamicGradScaler(1024.0, 1.0, 2.0, 0.5, 1, 1),
+                   nls.ConstantGradScaler(8.0), _HalvingScaler(64.0)):
+        before = float(scaler.scale)
+        with pytest.raises(TypeError) as info:
+            scaler.update(bad)
+        message = str(info.value)
+        assert "found_inf" in message and "exactly one element" in message
+        assert "list, tuple or dict" in message and repr(bad) in message
+        assert float(scaler.scale) == before
+
+
+def test_a_user_subclass_receives_found_inf_as_a_bool():
+    seen = []
+
+    class Recording(_HalvingScaler):
+        def update(self, found_inf):
+            seen.append(found_inf)
+            return super().update(found_inf)
+
+    scaler = Recording(64.0)
+    scaler.update(1)
+    scaler.update(np.int64(0))
+    scaler.update(tf.constant([1.0]))
+    assert seen[:2] == [True, False] and all(type(v) is bool for v in seen[:2])
+    assert seen[2].dtype == tf.bool and seen[2].shape == () and bool(seen[2])
+    assert float(scaler.scale) == 16.0
+    _, should_apply = scaler.update({"w": tf.constant([1.0, 2.0]), "b": tf.constant([np.inf])})
+    assert not bool(should_apply) and float(scaler.scale) == 8.0
 
 
 # -- stuck at the minimum ---------------------------------------------------------------------

@@ -430,6 +430,86 @@ def test_checkpoint_rules_override_use_checkpoint_and_neither():
     assert wsd_needed.lr_decay_style == "linear"                 # left as it was
 
 
+class _Groups:
+    """A plain optimizer: a ``param_groups`` list of dicts."""
+
+    def __init__(self, *groups):
+        self.param_groups = [dict(g) for g in groups]
+
+
+@pytest.mark.parametrize("key, value, error, accepted", [
+    ("lr_decay_style", "bogus", ValueError, "'inverse-square-root', 'WSD'"),
+    ("lr_decay_style", None, ValueError, "'constant', 'linear'"),
+    ("wd_incr_style", "nope", ValueError, "'constant', 'linear', 'cosine'"),
+    ("wd_incr_style", 3, ValueError, "'constant', 'linear', 'cosine'"),
+    ("num_steps", -1, ValueError, "integer >= 0"),
+    ("num_steps", 2.5, TypeError, "integer >= 0"),
+    ("num_steps", "7", TypeError, "integer >= 0"),
+    ("num_steps", 2 ** 63, ValueError, "int64"),
+    ("lr_decay_steps", True, TypeError, "integer >= 0"),
+    ("max_lr", float("nan"), ValueError, "finite"),
+    ("min_lr", -0.5, ValueError, ">= 0"),
+    ("end_wd", "0.1", TypeError, "real number"),
+])
+@pytest.mark.parametrize("rules", [
+    dict(),
+    dict(override_opt_param_scheduler=True, use_checkpoint_opt_param_scheduler=False),
+])
+def test_load_state_dict_checks_every_value_first_and_a_failed_load_changes_nothing(
+        key, value, error, accepted, rules):
+    s = _scheduler(_Groups({}, {"max_lr": 2.0, "wd_mult": 0.0}), **rules)
+    s.step(3)
+    before = s.state_dict()
+    groups_before = [dict(g) for g in s.optimizer.param_groups]
+    bad = dict(before, lr_decay_style="cosine", num_steps=7, max_lr=1.5)
+    bad[key] = value
+    with pytest.raises(error) as info:
+        s.load_state_dict(bad)
+    message = str(info.value)
+    assert "state_dict[%r]" % key in message and repr(value) in message
+    assert accepted in message
+    assert s.state_dict() == before
+    assert s.optimizer.param_groups == groups_before
+    # still usable: the formulas run on the state it kept
+    assert s.get_lr({}) == pytest.approx(Reference(
+        0.0, 1.0, 0.1, 10, 110, "linear", 0.0, 0.1, 100, "linear").lr(3))
+    assert s.get_wd() == pytest.approx(0.1 * 3 / 100)
+
+
+def test_a_load_refused_while_setting_the_groups_is_rolled_back():
+    # The checkpoint's values fit together, but a group's own start_wd/end_wd do not fit the
+    # checkpoint's 'constant' weight decay: refused when the groups are set, after the Python
+    # state was assigned, and undone.
+    s = _scheduler(_Groups({}, {"start_wd": 0.0, "end_wd": 0.3}))
+    s.step(4)
+    before = s.state_dict()
+    groups_before = [dict(g) for g in s.optimizer.param_groups]
+    loaded = dict(before, wd_incr_style="constant", start_wd=0.1, end_wd=0.1, num_steps=9)
+    with pytest.raises(ValueError, match="wd_incr_style='constant' needs start_wd == end_wd"):
+        s.load_state_dict(loaded)
+    assert s.state_dict() == before
+    assert s.optimizer.param_groups == groups_before
+
+
+def test_a_graph_checkpoint_with_an_unknown_style_changes_nothing():
+    with tf.Graph().as_default():
+        s = _scheduler()
+        variables = s._graph_vars()  # pylint: disable=protected-access
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            variables["lr_decay_style"].load(b"bogus", session)
+            variables["num_steps"].load(7, session)
+            stored = session.run(variables)
+            with pytest.raises(ValueError, match=r"state_dict\['lr_decay_style'\] must be one of "
+                                                 r"'constant'.*; got 'bogus'"):
+                s.apply_checkpoint_rules(session)
+            assert session.run(variables) == stored
+            assert (s.lr_decay_style, s.num_steps) == ("linear", 0)
+            with pytest.raises(ValueError, match="got 'bogus'"):
+                s.state_dict(session=session)
+            assert (s.lr_decay_style, s.num_steps) == ("linear", 0)
+
+
 def _save_graph_checkpoint(path, **changes):
     with tf.Graph().as_default():
         m_vars = _scheduler(**changes)

@@ -291,7 +291,13 @@ class OptimizerParamScheduler:
         ``override_opt_param_scheduler`` -> the constructor's value; otherwise
         ``use_checkpoint_opt_param_scheduler`` -> the checkpoint's; neither -> a difference is a
         ``ValueError`` naming the value. The weight-decay values are optional in ``state_dict``
-        (older checkpoints). Then sets every group's rate and weight decay."""
+        (older checkpoints). Then sets every group's rate and weight decay.
+
+        Every value of ``state_dict`` is checked first (styles against the accepted names,
+        rates and weight decays finite and >= 0, step counts integers >= 0), whichever rule
+        applies; a refused state dict (or one whose values do not fit together) raises naming
+        the key, the value and what is accepted, and leaves the scheduler and its parameter
+        groups as they were."""
         if not isinstance(state_dict, dict):
             raise TypeError("state_dict must be a dict (from state_dict()); got %r (type %s)"
                             % (state_dict, type(state_dict).__name__))
@@ -303,22 +309,32 @@ class OptimizerParamScheduler:
         if missing:
             raise KeyError("state_dict lacks %s (keys of OptimizerParamScheduler.state_dict()); "
                            "got keys %s" % (", ".join(missing), sorted(state_dict)))
-        resolved = {}
-        for key, label in COMPARED:
-            if key in _WD_KEYS and not has_wd:
-                continue
-            saved = _normalise(key, state_dict[key])
-            resolved[key] = self._check_and_set(key, label, getattr(self, key), saved)
-        num_steps = _steps("state_dict['num_steps']", state_dict["num_steps"])
+        # 1. every value on its own, before any rule or any change
+        saved = {key: _normalise(key, state_dict[key])
+                 for key, _ in COMPARED if has_wd or key not in _WD_KEYS}
+        num_steps = _normalise("num_steps", state_dict["num_steps"])
+        # 2. the checkpoint rules
+        resolved = {key: self._check_and_set(key, label, getattr(self, key), saved[key])
+                    for key, label in COMPARED if key in saved}
+        # 3. commit; on any failure (values that do not fit together, a group the formulas
+        #    refuse) restore the previous state and the groups' rates
         previous = {key: getattr(self, key) for key in resolved}
-        self.__dict__.update(resolved)
+        previous["num_steps"] = self.num_steps
+        groups = self._param_groups()
+        previous_groups = [{k: group[k] for k in ("lr", "weight_decay") if k in group}
+                           for group in groups]
         try:
+            self.__dict__.update(resolved)
             self._check_consistency("after loading a checkpoint")
-        except ValueError:
+            self.num_steps = num_steps
+            self.step(0)
+        except Exception:
             self.__dict__.update(previous)
+            for group, values in zip(groups, previous_groups):
+                group.pop("lr", None)
+                group.pop("weight_decay", None)
+                group.update(values)
             raise
-        self.num_steps = num_steps
-        self.step(0)
 
     # -- graph mode -----------------------------------------------------------------------------
     def _graph_vars(self):
@@ -416,12 +432,31 @@ class OptimizerParamScheduler:
         return _CheckpointRulesHook()
 
 
+_INT64_MAX = 2 ** 63 - 1
+_STYLE_CHOICES = {"lr_decay_style": formulas.LR_DECAY_STYLES,
+                  "wd_incr_style": formulas.WD_INCR_STYLES}
+
+
 def _normalise(key, value):
+    """A checkpoint's ``value`` of ``key`` checked and as a plain Python value; raises naming
+    ``state_dict[key]``, the value and what is accepted."""
+    name = "state_dict[%r]" % key
     if key in _STRINGS:
-        return value.decode() if isinstance(value, bytes) else value
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        choices = _STYLE_CHOICES[key]
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError("%s must be one of %s; got %r (type %s)"
+                             % (name, ", ".join(repr(c) for c in choices), value,
+                                type(value).__name__))
+        return value
     if key in _INTS:
-        return _steps("state_dict[%r]" % key, value)
-    return _checks.real_number("state_dict[%r]" % key, value, minimum=0.0)
+        steps = _steps(name, value)
+        if steps > _INT64_MAX:
+            raise ValueError("%s must be an integer >= 0 and <= %d (int64); got %r"
+                             % (name, _INT64_MAX, value))
+        return steps
+    return _checks.real_number(name, value, minimum=0.0)
 
 
 def _check_group(param_group, allow_none):
