@@ -18,6 +18,7 @@ managers outlive it. Eager state is held by the owner.
 import contextlib
 import itertools
 import threading
+import weakref
 
 import tensorflow as tf
 
@@ -25,9 +26,23 @@ _ids = itertools.count()
 _lock = threading.RLock()
 
 
+# TensorFlow keeps one global default graph per thread. A tf.function traced from eager code in
+# one thread (say the main thread) may be run by a replica thread of a tf.distribute strategy,
+# whose own global graph is another object: the function's graph chain ends at the *tracing*
+# thread's global graph. Every global graph seen from any thread is remembered here (weakly), so
+# either one is recognised as "eager, not a graph anybody builds into".
+_global_graphs = weakref.WeakSet()
+
+
 def _global_graph():
     from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
-    return ops._default_graph_stack._GetGlobalDefaultGraph()  # pylint: disable=protected-access
+    graph = ops._default_graph_stack._GetGlobalDefaultGraph()  # pylint: disable=protected-access
+    _global_graphs.add(graph)
+    return graph
+
+
+def _is_a_global_graph(graph):
+    return graph is _global_graph() or graph in _global_graphs
 
 
 def _eager_by_default():
@@ -45,7 +60,7 @@ def outermost_graph():
         graph = graph.outer_graph
     if getattr(graph, "building_function", False):
         return None  # a function traced from eager code, without an outer graph
-    if graph is _global_graph() and _eager_by_default():
+    if _eager_by_default() and _is_a_global_graph(graph):
         # A tf.function traced from eager code: its chain ends at the (unused) global graph.
         return None
     return graph
@@ -98,3 +113,6 @@ class PerGraph:
 
     def reset_eager(self):
         self._eager = None
+
+
+_global_graph()   # the importing thread's (usually the main thread's)

@@ -267,3 +267,20 @@ def test_register_is_sticky_across_runs_until_read(graph, session):
     for _ in range(3):
         session.run(h)
         assert session.run(status)[0] == 1
+
+
+def test_a_function_run_by_a_strategy_replica_thread_records_into_the_eager_register():
+    # MirroredStrategy runs the replica function in a thread of its own, whose global default
+    # graph differs from the tracing thread's: the register must still be the eager one, or
+    # building the function fails ("defined in <Graph>, which is out of scope").
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    emulation.npu_clear_float_status_v2()
+
+    @tf.function
+    def step():
+        return strategy.run(lambda: emulation.saturate(tf.constant([4e4], tf.float16) * 2.0))
+
+    np.testing.assert_array_equal(step().numpy(), [65504.0])
+    status = emulation.npu_get_float_status_v2().numpy()
+    emulation.npu_clear_float_status_v2()
+    assert status[0] == 1 and not status[2:].any()
