@@ -125,7 +125,14 @@ def _build_keras3():
             register = self._npu_check.read_and_clear_register(
                 [g for g in grads if g is not None])
             _, bad = self._npu_check.check_and_unscale(list(grads), tf.constant(1.0))
-            found = self._npu_check.agree(tf.cast(bad + register > 0, tf.float32))
+            found = tf.cast(bad + register > 0, tf.float32)
+            # Under a tf.distribute strategy Keras calls this once per replica and keeps the
+            # first replica's answer; each replica (device) has its own register, so the flag is
+            # summed over the replicas first, then over ranks.
+            if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+                found = tf.distribute.get_replica_context().all_reduce(
+                    tf.distribute.ReduceOp.SUM, found)
+            found = self._npu_check.agree(found)
             finite = tf.equal(found, 0.0)
             self.last_step_finite.assign(finite)
             return finite
