@@ -298,10 +298,15 @@ class GradScaler(tf.Module):
     def _unscale(self, iteration, state, grads):
         gradients, variables, pairs = self._split(grads)
         inv_scale = tf.math.reciprocal(self._scale_tensor())
-        register = None
-        if not self._async():   # optimizer-thread mode: the register was read at submit()
+        if not self._async():
+            register = self._read_register(iteration, after=_flat_tensors(gradients))
+        elif not self._on_optimizer_thread() and iteration.register is None:
+            # Optimizer-thread mode, main thread (unscale_ before clipping, say): read the
+            # register now, once for the iteration; submit() reuses this read.
             register = self._read_register(iteration, after=_flat_tensors(gradients))
         else:
+            # Optimizer-thread mode: the register was read for this iteration already (by
+            # submit() or by a main-thread unscale_()); it is never read twice.
             register = iteration.register
         unscaled, bad = self._check.check_and_unscale(gradients, inv_scale)
         found = bad if register is None else bad + register
@@ -329,6 +334,10 @@ class GradScaler(tf.Module):
             raise TypeError("optimizer must have apply_gradients (a Keras optimizer or a "
                             "tf.compat.v1.train.Optimizer); got %r (type %s)"
                             % (optimizer, type(optimizer).__name__))
+        if self._async() and not self._on_optimizer_thread():
+            raise RuntimeError("with an OptimizerThread attached, step() runs on that thread: "
+                               "call thread.submit(lambda: scaler.step(optimizer, "
+                               "grads_and_vars)), not scaler.step() on the main thread")
         iteration = self._current()
         state = iteration.state_for(optimizer)
         if state["stage"] is OptState.STEPPED:
