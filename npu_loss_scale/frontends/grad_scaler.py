@@ -46,6 +46,7 @@ function is traced, so call ``scale``/``step``/``update`` of one iteration in th
 (or all eagerly). ``get_scale()`` returns a tensor while tracing (a Python float needs a value).
 """
 import enum
+import numbers
 import threading
 
 import tensorflow as tf
@@ -152,13 +153,13 @@ class GradScaler(tf.Module):
 
     # -- checks ---------------------------------------------------------------------------------
     @staticmethod
-    def _check_growth_factor(value):
-        return _checks.real_number("growth_factor", value, minimum=1.0, min_inclusive=False,
+    def _check_growth_factor(value, name="growth_factor"):
+        return _checks.real_number(name, value, minimum=1.0, min_inclusive=False,
                                    accepted="> 1")
 
     @staticmethod
-    def _check_backoff_factor(value):
-        return _checks.real_number("backoff_factor", value, minimum=0.0, min_inclusive=False,
+    def _check_backoff_factor(value, name="backoff_factor"):
+        return _checks.real_number(name, value, minimum=0.0, min_inclusive=False,
                                    maximum=1.0, max_inclusive=False, accepted="in (0, 1)")
 
     # -- properties ------------------------------------------------------------------------------
@@ -409,7 +410,19 @@ class GradScaler(tf.Module):
             if not tensor.dtype.is_floating and not tensor.dtype.is_integer:
                 raise TypeError("new_scale must be a real number or a real tensor; got dtype %s"
                                 % tensor.dtype.name)
-            return tf.identity(tf.reshape(tf.cast(tensor, tf.float32), []))
+            value = tf.reshape(tf.cast(tensor, tf.float32), [])
+            known = tf.get_static_value(value)
+            if known is not None:   # eager, or a constant while tracing: refuse it now
+                return tf.constant(GradScaler._check_new_scale_number(float(known)))
+            message = "new_scale must be a finite real number > 0"
+            checks = [tf.debugging.assert_all_finite(value, message),
+                      tf.debugging.assert_positive(value, message=message)]
+            with tf.control_dependencies(checks):
+                return tf.identity(value)
+        return GradScaler._check_new_scale_number(new_scale)
+
+    @staticmethod
+    def _check_new_scale_number(new_scale):
         return _checks.real_number("new_scale", new_scale, minimum=0.0, min_inclusive=False,
                                    accepted="> 0 (a Python number or a scalar tensor)")
 
@@ -537,13 +550,17 @@ class GradScaler(tf.Module):
             raise KeyError("state_dict lacks %s (accepted: what GradScaler.state_dict() returns)"
                            % ", ".join(missing))
         self._sync()
+        # Everything is checked before anything is assigned: a failed load changes nothing.
         scale = _checks.real_number("state_dict['scale']", state_dict["scale"], minimum=0.0,
                                     min_inclusive=False, accepted="> 0")
-        growth = self._check_growth_factor(state_dict["growth_factor"])
-        backoff = self._check_backoff_factor(state_dict["backoff_factor"])
+        growth = self._check_growth_factor(state_dict["growth_factor"],
+                                           "state_dict['growth_factor']")
+        backoff = self._check_backoff_factor(state_dict["backoff_factor"],
+                                             "state_dict['backoff_factor']")
         interval = _checks.positive_int("state_dict['growth_interval']",
                                         state_dict["growth_interval"])
-        tracker = int(state_dict["_growth_tracker"])
+        tracker = _non_negative_int("state_dict['_growth_tracker']",
+                                    state_dict["_growth_tracker"])
         self._scale.assign(scale)
         self._growth_factor.assign(growth)
         self._backoff_factor.assign(backoff)
@@ -551,6 +568,20 @@ class GradScaler(tf.Module):
         self._growth_tracker.assign(tracker)
         self._py.main_scale = scale
         self._py.main_factors = (growth, backoff, interval)
+
+
+def _non_negative_int(name, value):
+    """``value`` as an int after checking it is an integer >= 0 (bools refused; an integral
+    float such as 3.0 is accepted, as ``_checks.positive_int`` does)."""
+    accepted = "an integer >= 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("%s must be %s; got %r (type %s)"
+                        % (name, accepted, value, type(value).__name__))
+    if not isinstance(value, numbers.Integral) and not float(value).is_integer():
+        raise ValueError("%s must be %s; got %r" % (name, accepted, value))
+    if value < 0:
+        raise ValueError("%s must be %s; got %r" % (name, accepted, value))
+    return int(value)
 
 
 def _same_context(tensor):
