@@ -499,3 +499,27 @@ def test_update_checks_a_new_scale_tensor_known_only_when_the_function_runs():
     with pytest.raises(tf.errors.InvalidArgumentError, match="new_scale must be"):
         set_scale(tf.constant(-3.0))
     assert scaler.get_scale() == 16.0
+
+
+def test_scale_accepts_any_iterable_as_torch_does():
+    scaler = nls.GradScaler(init_scale=4.0)
+    out = scaler.scale(tf.constant(float(v)) for v in (1, 2))
+    assert not isinstance(out, (list, tuple))             # an iterator, as torch's map
+    assert [float(t) for t in out] == [4.0, 8.0]
+    nested = scaler.scale([tf.constant(1.0), (tf.constant(2.0), [tf.constant(3.0)])])
+    assert isinstance(nested, list) and isinstance(nested[1], tuple)
+    assert [float(nested[0]), float(nested[1][0]), float(nested[1][1][0])] == [4.0, 8.0, 12.0]
+    assert [float(t) for t in scaler.scale(iter([tf.constant(1.0)]))] == [4.0]
+
+
+def test_scale_keeps_a_named_tuple():
+    import collections  # pylint: disable=import-outside-toplevel
+    Losses = collections.namedtuple("Losses", "main aux")
+    out = nls.GradScaler(init_scale=2.0).scale(Losses(tf.constant(1.0), tf.constant(3.0)))
+    assert type(out) is Losses and (float(out.main), float(out.aux)) == (2.0, 6.0)
+
+
+@pytest.mark.parametrize("bad", ["loss", 3.0, {"a": tf.constant(1.0)}])
+def test_scale_refuses_what_is_not_a_tensor_or_an_iterable_of_tensors(bad):
+    with pytest.raises(TypeError, match="outputs must be a tensor or an iterable"):
+        nls.GradScaler().scale(bad)

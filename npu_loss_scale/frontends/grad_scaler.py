@@ -45,10 +45,12 @@ the constructor (so changes made between calls are seen by traced code and a
 function is traced, so call ``scale``/``step``/``update`` of one iteration in the same function
 (or all eagerly). ``get_scale()`` returns a tensor while tracing (a Python float needs a value).
 """
+import collections.abc
 import enum
 import numbers
 import threading
 
+import numpy as np
 import tensorflow as tf
 
 from .. import _checks
@@ -232,11 +234,13 @@ class GradScaler(tf.Module):
         return tf.convert_to_tensor(self._scale)
 
     def scale(self, outputs):
-        """Multiplies a tensor, or every tensor of a (nested) list/tuple, by the scale.
+        """Multiplies a tensor, or every tensor of a (nested) iterable, by the scale.
 
-        Returns the same structure. Disabled: returns ``outputs`` unchanged. A float16 output is
-        multiplied in float32 and cast back (the result may saturate or overflow in float16, as
-        torch's would; scale a float32 loss).
+        A list or tuple (named tuples too) comes back as the same type; any other iterable (a
+        generator, say) comes back as an iterator over the scaled tensors, as torch's does.
+        Strings, bytes and mappings are refused. Disabled: returns ``outputs`` unchanged. A
+        float16 output is multiplied in float32 and cast back (the result may saturate or
+        overflow in float16, as torch's would; scale a float32 loss).
         """
         if not self._py.enabled:
             return outputs
@@ -248,10 +252,16 @@ class GradScaler(tf.Module):
                 if value.dtype in (tf.float16, tf.bfloat16):
                     return tf.cast(tf.cast(value, tf.float32) * scale, value.dtype)
                 return value * tf.cast(scale, value.dtype)
+            if isinstance(value, (str, bytes, collections.abc.Mapping, np.ndarray)) or \
+                    not isinstance(value, collections.abc.Iterable):
+                raise TypeError("outputs must be a tensor or an iterable (list, tuple, "
+                                "generator...) of tensors; got %r (type %s)"
+                                % (value, type(value).__name__))
+            if isinstance(value, tuple) and hasattr(value, "_fields"):   # a named tuple
+                return type(value)(*[apply(v) for v in value])
             if isinstance(value, (list, tuple)):
                 return type(value)(apply(v) for v in value)
-            raise TypeError("outputs must be a tensor or an iterable of tensors; got %r (type %s)"
-                            % (value, type(value).__name__))
+            return map(apply, value)
 
         return apply(outputs)
 
