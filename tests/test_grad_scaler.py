@@ -523,3 +523,29 @@ def test_scale_keeps_a_named_tuple():
 def test_scale_refuses_what_is_not_a_tensor_or_an_iterable_of_tensors(bad):
     with pytest.raises(TypeError, match="outputs must be a tensor or an iterable"):
         nls.GradScaler().scale(bad)
+
+
+def test_update_in_the_wrong_context_raises_first_and_a_corrected_retry_succeeds():
+    var = tf.Variable([0.0])
+    opt = tf.keras.optimizers.SGD(1.0)
+    scaler = nls.GradScaler(init_scale=4.0, growth_interval=1000, backend="inf_nan")
+    scaler.step(opt, [(tf.constant([np.inf]), var)])      # eagerly: overflow, skipped
+    with pytest.raises(RuntimeError, match="same tf.function, or all eagerly"):
+        tf.function(scaler.update)()
+    assert scaler.get_scale() == 4.0
+    assert [s["stage"] for s in scaler._per_optimizer_states.values()] == [OptState.STEPPED]  # pylint: disable=protected-access
+    scaler.update()                                        # the retry: eagerly, as the step
+    assert scaler.get_scale() == 2.0 and var.numpy().tolist() == [0.0]
+    assert scaler._per_optimizer_states == {}             # pylint: disable=protected-access
+
+
+def test_update_with_no_inf_checks_raises_and_the_next_iteration_still_works():
+    var = tf.Variable([0.0])
+    opt = tf.keras.optimizers.SGD(1.0)
+    scaler = nls.GradScaler(init_scale=4.0, growth_interval=1, backend="inf_nan")
+    with pytest.raises(NoInfChecksError):
+        scaler.update()
+    assert scaler.get_scale() == 4.0
+    scaler.step(opt, [(tf.constant([4.0]), var)])
+    scaler.update()
+    assert var.numpy().tolist() == [-1.0] and scaler.get_scale() == 8.0

@@ -399,16 +399,18 @@ class GradScaler(tf.Module):
             return thread._enqueue_update(iteration, new_scale)  # pylint: disable=protected-access
         found_infs = [s["found_inf"] for s in iteration.states.values()
                       if s["found_inf"] is not None]
-        self._py.iteration = _Iteration()
+        # Raise before anything changes: the iteration is kept, so a corrected retry works.
         if new_scale is None and any(not _same_context(f) for f in found_infs):
             raise RuntimeError("update() must run where step()/unscale_() of this iteration ran: "
                                "all inside the same tf.function, or all eagerly")
-        if new_scale is not None:
-            return self._scale.assign(tf.cast(new_scale, tf.float32), read_value=False)
-        if not found_infs:
+        if new_scale is None and not found_infs:
             raise NoInfChecksError("No inf checks were recorded prior to update().")
-        found = tf.add_n([tf.convert_to_tensor(f) for f in found_infs])
-        return self._apply_rules(found)
+        if new_scale is not None:
+            result = self._scale.assign(tf.cast(new_scale, tf.float32), read_value=False)
+        else:
+            result = self._apply_rules(tf.add_n([tf.convert_to_tensor(f) for f in found_infs]))
+        self._py.iteration = _Iteration()
+        return result
 
     @staticmethod
     def _check_new_scale(new_scale):
