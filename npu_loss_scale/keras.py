@@ -7,7 +7,8 @@ its CPU emulation off the device) in saturation mode, where an overflowed value 
 ``is_finite`` cannot see it, OR-ed with an inf/NaN check of the gradients; plain inf/NaN in
 INF/NaN mode or with ``backend="inf_nan"``. With ``is_distributed=True`` the overflow flag is
 summed over ranks (:mod:`npu_loss_scale.agreement`, one collective per step) so every rank skips
-the same steps.
+the same steps. Under a ``tf.distribute`` strategy the flag is first summed over the replicas
+(each device has its own register), so an overflow on any replica skips the step everywhere.
 
 What one step does:
 
