@@ -7,7 +7,8 @@ its CPU emulation off the device) in saturation mode, where an overflowed value 
 ``is_finite`` cannot see it, OR-ed with an inf/NaN check of the gradients; plain inf/NaN in
 INF/NaN mode or with ``backend="inf_nan"``. With ``is_distributed=True`` the overflow flag is
 summed over ranks (:mod:`npu_loss_scale.agreement`, one collective per step) so every rank skips
-the same steps.
+the same steps. Under a ``tf.distribute`` strategy the flag is first summed over the replicas
+(each device has its own register), so an overflow on any replica skips the step everywhere.
 
 What one step does:
 
@@ -125,7 +126,14 @@ def _build_keras3():
             register = self._npu_check.read_and_clear_register(
                 [g for g in grads if g is not None])
             _, bad = self._npu_check.check_and_unscale(list(grads), tf.constant(1.0))
-            found = self._npu_check.agree(tf.cast(bad + register > 0, tf.float32))
+            found = tf.cast(bad + register > 0, tf.float32)
+            # Under a tf.distribute strategy Keras calls this once per replica and keeps the
+            # first replica's answer; each replica (device) has its own register, so the flag is
+            # summed over the replicas first, then over ranks.
+            if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+                found = tf.distribute.get_replica_context().all_reduce(
+                    tf.distribute.ReduceOp.SUM, found)
+            found = self._npu_check.agree(found)
             finite = tf.equal(found, 0.0)
             self.last_step_finite.assign(finite)
             return finite

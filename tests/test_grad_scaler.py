@@ -443,3 +443,109 @@ def test_emulation_counts_a_scaled_gradient_at_float16_max_as_an_overflow():
     ieee = nls.GradScaler(init_scale=2.0, backend="inf_nan")
     ieee.unscale_(opt, [tf.constant([65504.0, 1.0], tf.float16)])
     assert float(ieee._per_optimizer_states[id(opt)]["found_inf"]) == 0.0  # pylint: disable=protected-access
+
+
+_GOOD_STATE = {"scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+               "growth_interval": 10, "_growth_tracker": 3}
+
+
+@pytest.mark.parametrize("key, value, error, text", [
+    ("_growth_tracker", "abc", TypeError, r"state_dict\['_growth_tracker'\] must be an integer "
+                                          r">= 0; got 'abc'"),
+    ("_growth_tracker", -5, ValueError, r"state_dict\['_growth_tracker'\] must be an integer "
+                                        r">= 0; got -5"),
+    ("_growth_tracker", 2.7, ValueError, r"state_dict\['_growth_tracker'\] must be an integer "
+                                         r">= 0; got 2\.7"),
+    ("scale", -1.0, ValueError, r"state_dict\['scale'\] must be > 0; got -1\.0"),
+    ("scale", float("inf"), ValueError, r"state_dict\['scale'\] must be a finite real"),
+    ("growth_factor", 1.0, ValueError, r"state_dict\['growth_factor'\] must be > 1; got 1\.0"),
+    ("backoff_factor", 1.5, ValueError, r"state_dict\['backoff_factor'\] must be in \(0, 1\); "
+                                        r"got 1\.5"),
+    ("growth_interval", 0, ValueError, r"state_dict\['growth_interval'\] must be an integer "
+                                       r">= 1; got 0"),
+])
+def test_load_state_dict_refuses_bad_values_and_changes_nothing(key, value, error, text):
+    scaler = nls.GradScaler(init_scale=4.0, growth_factor=3.0, backoff_factor=0.25,
+                            growth_interval=7)
+    before = scaler.state_dict()
+    with pytest.raises(error, match=text):
+        scaler.load_state_dict(dict(_GOOD_STATE, **{key: value}))
+    assert scaler.state_dict() == before
+
+
+def test_load_state_dict_accepts_an_integral_float_growth_tracker():
+    scaler = nls.GradScaler()
+    scaler.load_state_dict(dict(_GOOD_STATE, _growth_tracker=3.0))
+    assert scaler.state_dict() == _GOOD_STATE
+
+
+@pytest.mark.parametrize("bad", [-3.0, 0.0, float("inf"), float("nan")])
+def test_update_refuses_a_non_positive_or_non_finite_new_scale_tensor(bad):
+    scaler = nls.GradScaler(init_scale=4.0)
+    with pytest.raises(ValueError, match="new_scale must be"):
+        scaler.update(new_scale=tf.constant(bad))
+    assert scaler.get_scale() == 4.0
+
+
+def test_update_checks_a_new_scale_tensor_known_only_when_the_function_runs():
+    scaler = nls.GradScaler(init_scale=4.0)
+
+    @tf.function
+    def set_scale(value):
+        scaler.update(new_scale=value)
+
+    set_scale(tf.constant(16.0))
+    assert scaler.get_scale() == 16.0
+    with pytest.raises(tf.errors.InvalidArgumentError, match="new_scale must be"):
+        set_scale(tf.constant(-3.0))
+    assert scaler.get_scale() == 16.0
+
+
+def test_scale_accepts_any_iterable_as_torch_does():
+    scaler = nls.GradScaler(init_scale=4.0)
+    out = scaler.scale(tf.constant(float(v)) for v in (1, 2))
+    assert not isinstance(out, (list, tuple))             # an iterator, as torch's map
+    assert [float(t) for t in out] == [4.0, 8.0]
+    nested = scaler.scale([tf.constant(1.0), (tf.constant(2.0), [tf.constant(3.0)])])
+    assert isinstance(nested, list) and isinstance(nested[1], tuple)
+    assert [float(nested[0]), float(nested[1][0]), float(nested[1][1][0])] == [4.0, 8.0, 12.0]
+    assert [float(t) for t in scaler.scale(iter([tf.constant(1.0)]))] == [4.0]
+
+
+def test_scale_keeps_a_named_tuple():
+    import collections  # pylint: disable=import-outside-toplevel
+    Losses = collections.namedtuple("Losses", "main aux")
+    out = nls.GradScaler(init_scale=2.0).scale(Losses(tf.constant(1.0), tf.constant(3.0)))
+    assert type(out) is Losses and (float(out.main), float(out.aux)) == (2.0, 6.0)
+
+
+@pytest.mark.parametrize("bad", ["loss", 3.0, {"a": tf.constant(1.0)}])
+def test_scale_refuses_what_is_not_a_tensor_or_an_iterable_of_tensors(bad):
+    with pytest.raises(TypeError, match="outputs must be a tensor or an iterable"):
+        nls.GradScaler().scale(bad)
+
+
+def test_update_in_the_wrong_context_raises_first_and_a_corrected_retry_succeeds():
+    var = tf.Variable([0.0])
+    opt = tf.keras.optimizers.SGD(1.0)
+    scaler = nls.GradScaler(init_scale=4.0, growth_interval=1000, backend="inf_nan")
+    scaler.step(opt, [(tf.constant([np.inf]), var)])      # eagerly: overflow, skipped
+    with pytest.raises(RuntimeError, match="same tf.function, or all eagerly"):
+        tf.function(scaler.update)()
+    assert scaler.get_scale() == 4.0
+    assert [s["stage"] for s in scaler._per_optimizer_states.values()] == [OptState.STEPPED]  # pylint: disable=protected-access
+    scaler.update()                                        # the retry: eagerly, as the step
+    assert scaler.get_scale() == 2.0 and var.numpy().tolist() == [0.0]
+    assert scaler._per_optimizer_states == {}             # pylint: disable=protected-access
+
+
+def test_update_with_no_inf_checks_raises_and_the_next_iteration_still_works():
+    var = tf.Variable([0.0])
+    opt = tf.keras.optimizers.SGD(1.0)
+    scaler = nls.GradScaler(init_scale=4.0, growth_interval=1, backend="inf_nan")
+    with pytest.raises(NoInfChecksError):
+        scaler.update()
+    assert scaler.get_scale() == 4.0
+    scaler.step(opt, [(tf.constant([4.0]), var)])
+    scaler.update()
+    assert var.numpy().tolist() == [-1.0] and scaler.get_scale() == 8.0

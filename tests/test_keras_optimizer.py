@@ -205,3 +205,46 @@ def test_a_non_keras_inner_optimizer_is_refused_with_a_clear_error():
 def test_reachable_as_an_attribute_of_the_package():
     import npu_loss_scale  # pylint: disable=import-outside-toplevel
     assert npu_loss_scale.keras.NpuLossScaleOptimizer is NpuLossScaleOptimizer
+
+
+_TWO_REPLICAS = r'''
+import numpy as np, tensorflow as tf
+cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+from npu_loss_scale import emulation, saturation
+from npu_loss_scale.keras import NpuLossScaleOptimizer
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3),
+                                 saturation.Saturate(),
+                                 tf.keras.layers.Dense(1, dtype="float32")])
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.001), initial_scale=8.0)
+    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+x, y = np.ones((8, 4), np.float32), np.zeros((8, 1), np.float32)
+emulation.npu_clear_float_status_v2()
+model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+print("RESULT", "clean", bool(opt.last_step_finite.numpy()), float(opt.loss_scale))
+for name, half in [("second", np.concatenate([x[:4], x[4:] * 1e5])),
+                   ("first", np.concatenate([x[:4] * 1e5, x[4:]]))]:
+    before = model.get_weights()
+    model.fit(half, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    same = all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    print("RESULT", name, bool(opt.last_step_finite.numpy()), float(opt.loss_scale), same)
+'''
+
+
+def test_an_overflow_on_the_second_replica_only_skips_the_step():
+    # Two logical CPUs must be configured before TensorFlow initialises its devices: a fresh
+    # process. Each replica has its own register; only the second one's half saturates first.
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-c", _TWO_REPLICAS], capture_output=True, text=True,
+                         env=env, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = [line.split()[1:] for line in out.stdout.splitlines()
+               if line.startswith("RESULT")]
+    assert results == [["clean", "True", "8.0"],
+                       ["second", "False", "4.0", "True"],
+                       ["first", "False", "2.0", "True"]]

@@ -197,3 +197,65 @@ def test_scaler_calls_inside_a_tf_function_are_refused_with_an_optimizer_thread(
         with pytest.raises(RuntimeError, match="call scale\\(\\), unscale_\\(\\) and step\\(\\) "
                                                "eagerly"):
             tf.function(lambda: scaler.scale(tf.constant(1.0)))()
+
+
+def _saturated_forward(scaler, var):
+    """An iteration whose forward pass saturated: the register is set, the gradient is finite."""
+    emulation.saturate(tf.constant([1e5], tf.float32) * tf.constant(1e35))
+    return _scaled_grad(scaler, var, 1.0)
+
+
+def test_main_thread_unscale_then_submit_sees_the_register(
+        clean_register):  # pylint: disable=redefined-outer-name,unused-argument
+    # README's pattern (unscale_ on the main thread, clip, submit the step): the overflow the
+    # register holds must skip the step and back off, as without the thread.
+    var = tf.Variable([0.0])
+    opt = tf.keras.optimizers.SGD(1.0)
+    scaler = nls.GradScaler(init_scale=4.0, growth_interval=1000, backend="emulation")
+    with nls.OptimizerThread(scaler) as worker:
+        g = _saturated_forward(scaler, var)
+        unscaled = scaler.unscale_(opt, [(g, var)])
+        clipped = [(tf.clip_by_norm(gr, 10.0), v) for gr, v in unscaled]
+        future = worker.submit(lambda: scaler.step(opt, clipped))
+        scaler.update()
+        worker.synchronize()
+    assert future.result() is None
+    assert var.numpy().tolist() == [0.0] and scaler.get_scale() == 2.0
+
+
+def test_the_register_is_read_once_per_iteration_and_no_overflow_is_lost(
+        clean_register):  # pylint: disable=redefined-outer-name,unused-argument
+    # An overflow recorded after the iteration's read (between a main-thread unscale_ and
+    # submit) stays in the sticky register and is counted by the next iteration.
+    var = tf.Variable([0.0])
+    opt = tf.keras.optimizers.SGD(1.0)
+    scaler = nls.GradScaler(init_scale=4.0, growth_interval=1000, backend="emulation")
+    with nls.OptimizerThread(scaler) as worker:
+        g = _scaled_grad(scaler, var, 1.0)
+        unscaled = scaler.unscale_(opt, [(g, var)])        # the read: clean
+        emulation.saturate(tf.constant([1e5], tf.float32) * tf.constant(1e35))
+        worker.submit(lambda: scaler.step(opt, unscaled))  # no second read
+        scaler.update()
+        worker.synchronize()
+        assert var.numpy().tolist() == [-1.0] and scaler.get_scale() == 4.0
+        g = _scaled_grad(scaler, var, 1.0)
+        worker.submit(lambda: scaler.step(opt, [(g, var)]))
+        scaler.update()
+        worker.synchronize()
+    assert var.numpy().tolist() == [-1.0] and scaler.get_scale() == 2.0
+
+
+def test_main_thread_step_with_a_thread_attached_is_refused_and_changes_nothing(
+        clean_register):  # pylint: disable=redefined-outer-name,unused-argument
+    var = tf.Variable([0.0])
+    opt = tf.keras.optimizers.SGD(1.0)
+    scaler = nls.GradScaler(init_scale=4.0, growth_interval=1000, backend="emulation")
+    with nls.OptimizerThread(scaler) as worker:
+        g = _saturated_forward(scaler, var)
+        with pytest.raises(RuntimeError, match=r"thread\.submit\(lambda: scaler\.step"):
+            scaler.step(opt, [(g, var)])
+        assert var.numpy().tolist() == [0.0]
+        worker.submit(lambda: scaler.step(opt, [(g, var)]))
+        scaler.update()
+        worker.synchronize()
+    assert var.numpy().tolist() == [0.0] and scaler.get_scale() == 2.0

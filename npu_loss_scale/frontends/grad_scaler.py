@@ -45,9 +45,12 @@ the constructor (so changes made between calls are seen by traced code and a
 function is traced, so call ``scale``/``step``/``update`` of one iteration in the same function
 (or all eagerly). ``get_scale()`` returns a tensor while tracing (a Python float needs a value).
 """
+import collections.abc
 import enum
+import numbers
 import threading
 
+import numpy as np
 import tensorflow as tf
 
 from .. import _checks
@@ -152,13 +155,13 @@ class GradScaler(tf.Module):
 
     # -- checks ---------------------------------------------------------------------------------
     @staticmethod
-    def _check_growth_factor(value):
-        return _checks.real_number("growth_factor", value, minimum=1.0, min_inclusive=False,
+    def _check_growth_factor(value, name="growth_factor"):
+        return _checks.real_number(name, value, minimum=1.0, min_inclusive=False,
                                    accepted="> 1")
 
     @staticmethod
-    def _check_backoff_factor(value):
-        return _checks.real_number("backoff_factor", value, minimum=0.0, min_inclusive=False,
+    def _check_backoff_factor(value, name="backoff_factor"):
+        return _checks.real_number(name, value, minimum=0.0, min_inclusive=False,
                                    maximum=1.0, max_inclusive=False, accepted="in (0, 1)")
 
     # -- properties ------------------------------------------------------------------------------
@@ -231,11 +234,13 @@ class GradScaler(tf.Module):
         return tf.convert_to_tensor(self._scale)
 
     def scale(self, outputs):
-        """Multiplies a tensor, or every tensor of a (nested) list/tuple, by the scale.
+        """Multiplies a tensor, or every tensor of a (nested) iterable, by the scale.
 
-        Returns the same structure. Disabled: returns ``outputs`` unchanged. A float16 output is
-        multiplied in float32 and cast back (the result may saturate or overflow in float16, as
-        torch's would; scale a float32 loss).
+        A list or tuple (named tuples too) comes back as the same type; any other iterable (a
+        generator, say) comes back as an iterator over the scaled tensors, as torch's does.
+        Strings, bytes and mappings are refused. Disabled: returns ``outputs`` unchanged. A
+        float16 output is multiplied in float32 and cast back (the result may saturate or
+        overflow in float16, as torch's would; scale a float32 loss).
         """
         if not self._py.enabled:
             return outputs
@@ -247,10 +252,16 @@ class GradScaler(tf.Module):
                 if value.dtype in (tf.float16, tf.bfloat16):
                     return tf.cast(tf.cast(value, tf.float32) * scale, value.dtype)
                 return value * tf.cast(scale, value.dtype)
+            if isinstance(value, (str, bytes, collections.abc.Mapping, np.ndarray)) or \
+                    not isinstance(value, collections.abc.Iterable):
+                raise TypeError("outputs must be a tensor or an iterable (list, tuple, "
+                                "generator...) of tensors; got %r (type %s)"
+                                % (value, type(value).__name__))
+            if isinstance(value, tuple) and hasattr(value, "_fields"):   # a named tuple
+                return type(value)(*[apply(v) for v in value])
             if isinstance(value, (list, tuple)):
                 return type(value)(apply(v) for v in value)
-            raise TypeError("outputs must be a tensor or an iterable of tensors; got %r (type %s)"
-                            % (value, type(value).__name__))
+            return map(apply, value)
 
         return apply(outputs)
 
@@ -298,10 +309,15 @@ class GradScaler(tf.Module):
     def _unscale(self, iteration, state, grads):
         gradients, variables, pairs = self._split(grads)
         inv_scale = tf.math.reciprocal(self._scale_tensor())
-        register = None
-        if not self._async():   # optimizer-thread mode: the register was read at submit()
+        if not self._async():
+            register = self._read_register(iteration, after=_flat_tensors(gradients))
+        elif not self._on_optimizer_thread() and iteration.register is None:
+            # Optimizer-thread mode, main thread (unscale_ before clipping, say): read the
+            # register now, once for the iteration; submit() reuses this read.
             register = self._read_register(iteration, after=_flat_tensors(gradients))
         else:
+            # Optimizer-thread mode: the register was read for this iteration already (by
+            # submit() or by a main-thread unscale_()); it is never read twice.
             register = iteration.register
         unscaled, bad = self._check.check_and_unscale(gradients, inv_scale)
         found = bad if register is None else bad + register
@@ -329,6 +345,10 @@ class GradScaler(tf.Module):
             raise TypeError("optimizer must have apply_gradients (a Keras optimizer or a "
                             "tf.compat.v1.train.Optimizer); got %r (type %s)"
                             % (optimizer, type(optimizer).__name__))
+        if self._async() and not self._on_optimizer_thread():
+            raise RuntimeError("with an OptimizerThread attached, step() runs on that thread: "
+                               "call thread.submit(lambda: scaler.step(optimizer, "
+                               "grads_and_vars)), not scaler.step() on the main thread")
         iteration = self._current()
         state = iteration.state_for(optimizer)
         if state["stage"] is OptState.STEPPED:
@@ -379,16 +399,18 @@ class GradScaler(tf.Module):
             return thread._enqueue_update(iteration, new_scale)  # pylint: disable=protected-access
         found_infs = [s["found_inf"] for s in iteration.states.values()
                       if s["found_inf"] is not None]
-        self._py.iteration = _Iteration()
+        # Raise before anything changes: the iteration is kept, so a corrected retry works.
         if new_scale is None and any(not _same_context(f) for f in found_infs):
             raise RuntimeError("update() must run where step()/unscale_() of this iteration ran: "
                                "all inside the same tf.function, or all eagerly")
-        if new_scale is not None:
-            return self._scale.assign(tf.cast(new_scale, tf.float32), read_value=False)
-        if not found_infs:
+        if new_scale is None and not found_infs:
             raise NoInfChecksError("No inf checks were recorded prior to update().")
-        found = tf.add_n([tf.convert_to_tensor(f) for f in found_infs])
-        return self._apply_rules(found)
+        if new_scale is not None:
+            result = self._scale.assign(tf.cast(new_scale, tf.float32), read_value=False)
+        else:
+            result = self._apply_rules(tf.add_n([tf.convert_to_tensor(f) for f in found_infs]))
+        self._py.iteration = _Iteration()
+        return result
 
     @staticmethod
     def _check_new_scale(new_scale):
@@ -400,7 +422,19 @@ class GradScaler(tf.Module):
             if not tensor.dtype.is_floating and not tensor.dtype.is_integer:
                 raise TypeError("new_scale must be a real number or a real tensor; got dtype %s"
                                 % tensor.dtype.name)
-            return tf.identity(tf.reshape(tf.cast(tensor, tf.float32), []))
+            value = tf.reshape(tf.cast(tensor, tf.float32), [])
+            known = tf.get_static_value(value)
+            if known is not None:   # eager, or a constant while tracing: refuse it now
+                return tf.constant(GradScaler._check_new_scale_number(float(known)))
+            message = "new_scale must be a finite real number > 0"
+            checks = [tf.debugging.assert_all_finite(value, message),
+                      tf.debugging.assert_positive(value, message=message)]
+            with tf.control_dependencies(checks):
+                return tf.identity(value)
+        return GradScaler._check_new_scale_number(new_scale)
+
+    @staticmethod
+    def _check_new_scale_number(new_scale):
         return _checks.real_number("new_scale", new_scale, minimum=0.0, min_inclusive=False,
                                    accepted="> 0 (a Python number or a scalar tensor)")
 
@@ -528,13 +562,17 @@ class GradScaler(tf.Module):
             raise KeyError("state_dict lacks %s (accepted: what GradScaler.state_dict() returns)"
                            % ", ".join(missing))
         self._sync()
+        # Everything is checked before anything is assigned: a failed load changes nothing.
         scale = _checks.real_number("state_dict['scale']", state_dict["scale"], minimum=0.0,
                                     min_inclusive=False, accepted="> 0")
-        growth = self._check_growth_factor(state_dict["growth_factor"])
-        backoff = self._check_backoff_factor(state_dict["backoff_factor"])
+        growth = self._check_growth_factor(state_dict["growth_factor"],
+                                           "state_dict['growth_factor']")
+        backoff = self._check_backoff_factor(state_dict["backoff_factor"],
+                                             "state_dict['backoff_factor']")
         interval = _checks.positive_int("state_dict['growth_interval']",
                                         state_dict["growth_interval"])
-        tracker = int(state_dict["_growth_tracker"])
+        tracker = _non_negative_int("state_dict['_growth_tracker']",
+                                    state_dict["_growth_tracker"])
         self._scale.assign(scale)
         self._growth_factor.assign(growth)
         self._backoff_factor.assign(backoff)
@@ -542,6 +580,20 @@ class GradScaler(tf.Module):
         self._growth_tracker.assign(tracker)
         self._py.main_scale = scale
         self._py.main_factors = (growth, backoff, interval)
+
+
+def _non_negative_int(name, value):
+    """``value`` as an int after checking it is an integer >= 0 (bools refused; an integral
+    float such as 3.0 is accepted, as ``_checks.positive_int`` does)."""
+    accepted = "an integer >= 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("%s must be %s; got %r (type %s)"
+                        % (name, accepted, value, type(value).__name__))
+    if not isinstance(value, numbers.Integral) and not float(value).is_integer():
+        raise ValueError("%s must be %s; got %r" % (name, accepted, value))
+    if value < 0:
+        raise ValueError("%s must be %s; got %r" % (name, accepted, value))
+    return int(value)
 
 
 def _same_context(tensor):

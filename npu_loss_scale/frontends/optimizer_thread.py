@@ -7,9 +7,11 @@ brings that to eager TensorFlow:
 * ``thread.submit(fn)`` queues ``fn`` (typically ``lambda: scaler.step(opt, grads_and_vars)``)
   and returns at once with a ``concurrent.futures.Future``; jobs run in order on one thread.
 * The step's gradients are unscaled with the scale that scaled *that step's* loss, even if the
-  main thread has moved on. The float-status register is read (and cleared) by ``submit`` on the
-  calling thread, before the next step's forward pass can record into it; the unscale, the
-  inf/NaN check and the update run on the optimizer thread.
+  main thread has moved on. The float-status register is read (and cleared) once per iteration
+  on the main thread, before the next step's forward pass can record into it: by the first
+  ``scaler.unscale_`` called there (to clip before submitting, say), otherwise by ``submit``;
+  the remaining unscale, the inf/NaN check and the update run on the optimizer thread.
+  ``scaler.step`` belongs in a submitted job: called on the main thread it raises RuntimeError.
 * ``scaler.update()`` (main thread only) queues the scale update behind the step; the main
   thread's next ``scale()`` uses the newest scale the optimizer thread has published, which may be
   the one from before the previous ``update()``. An overflow in a step whose loss was scaled with
@@ -142,7 +144,9 @@ class OptimizerThread:
             if py.enabled:
                 if iteration.scale is None:
                     iteration.scale = py.main_scale
-                scaler._read_register(iteration)  # pylint: disable=protected-access
+                if iteration.register is None:
+                    # Once per iteration: a main-thread unscale_() may have read it already.
+                    scaler._read_register(iteration)  # pylint: disable=protected-access
                 iteration.submitted += 1
             return self._put(iteration, lambda: fn(*args, **kwargs),
                              slot=self._slots is not None)
@@ -156,7 +160,8 @@ class OptimizerThread:
         self._raise_pending()
         scaler = self._scaler
         py = scaler._py  # pylint: disable=protected-access
-        if new_scale is None and iteration.submitted == 0:
+        if new_scale is None and iteration.submitted == 0 and not any(
+                s["found_inf"] is not None for s in iteration.states.values()):
             raise NoInfChecksError("No inf checks were recorded prior to update().")
         py.iteration = _Iteration()
         return self._put(None, lambda: self._update_job(iteration, new_scale))
