@@ -71,6 +71,20 @@ def _check_args(dynamic, initial_scale, dynamic_growth_steps):
     return initial_scale, dynamic_growth_steps
 
 
+class _NpuProperties:
+    """What both Keras versions' optimizers report the same way."""
+
+    @property
+    def dynamic(self):
+        """Whether the scale moves (``dynamic=True``) or stays at ``initial_scale``."""
+        return self._npu_dynamic
+
+    @property
+    def backend_name(self):
+        """The overflow detection backend in use: ``npu``, ``emulation`` or ``inf_nan``."""
+        return self._npu_check.backend_name
+
+
 def _keras3():
     return hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 
@@ -80,7 +94,7 @@ def _build_keras3():
     base = tf.keras.optimizers.LossScaleOptimizer
     keras_ops = sys.modules[base.__module__].ops
 
-    class NpuLossScaleOptimizer(base):  # pylint: disable=abstract-method
+    class NpuLossScaleOptimizer(_NpuProperties, base):  # pylint: disable=abstract-method
         __doc__ = __doc__
 
         def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
@@ -99,14 +113,6 @@ def _build_keras3():
                 self.dynamic_growth_steps = None   # as Keras 2 reports a fixed scale
             self._npu_check = OverflowCheck(backend, is_distributed, agreement)
             self.last_step_finite = None
-
-        @property
-        def dynamic(self):
-            return self._npu_dynamic
-
-        @property
-        def backend_name(self):
-            return self._npu_check.backend_name
 
         def build(self, var_list):
             self.last_step_finite = self.add_variable(
@@ -215,7 +221,7 @@ def _build_keras2():
 
             return tf.cond(finite, on_finite, on_overflow), finite
 
-    class NpuLossScaleOptimizer(base):  # pylint: disable=abstract-method
+    class NpuLossScaleOptimizer(_NpuProperties, base):  # pylint: disable=abstract-method
         __doc__ = __doc__
 
         def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
@@ -236,14 +242,6 @@ def _build_keras2():
                 self._loss_scale = _NpuLossScaleState(scale, steps, 2.0 if dynamic else 1.0,
                                                       check)
             self._track_trackable(self._loss_scale, "loss_scale", overwrite=True)
-
-        @property
-        def dynamic(self):
-            return self._npu_dynamic
-
-        @property
-        def backend_name(self):
-            return self._npu_check.backend_name
 
         @property
         def initial_scale(self):
