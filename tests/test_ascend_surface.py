@@ -299,6 +299,17 @@ def test_estimator_script_honours_iterations_per_loop_and_precision_mode(tmp_pat
 TF1_SCRIPT = os.path.join(HERE, "scripts", "tf1_session", "train.py")
 
 
+TF2_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_npu_device.py")
+
+
+def test_tf2_npu_device_script_trains_through_npu_device_loss_scale_optimizer(tmp_path):
+    """npu_device.open(), global_options() and train.optimizer.NpuLossScaleOptimizer resolve to
+    the package: the saturating batch is skipped (weights kept, scale 16 -> 8), the others apply."""
+    events = _run(["--saturate-every-op", TF2_SCRIPT], str(tmp_path))
+    assert [(e["scale_before"], e["finite"], e["weights_moved"]) for e in events] == [
+        (16.0, True, True), (16.0, False, False), (8.0, True, True)]
+
+
 def test_tf1_mode_gives_the_users_files_tf1_and_the_package_tf2(tmp_path):
     events = _run(["--tf1", TF1_SCRIPT, "--steps=2"], str(tmp_path))
     v1 = tf.compat.v1.__name__  # tensorflow.compat.v1 (2.15) or tensorflow._api.v2.compat.v1
@@ -397,8 +408,12 @@ def test_npu_device_options_are_validated_recorded_and_open_applies_precision(sh
     dataset = tf.data.Dataset.range(4)
     assert npu_device.distribute.shard_and_rebatch_dataset(dataset, 8) == (dataset, 8)
     assert npu_device.distribute.all_reduce([tf.constant(2.0)], "mean")[0].numpy() == 2.0
-    with pytest.raises(ImportError, match=r"npu_device\.train\.optimizer is not emulated"):
-        exec("from npu_device.train.optimizer import NpuLossScaleOptimizer", {})  # pylint: disable=exec-used
+    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.keras import NpuLossScaleOptimizer as ours  # pylint: disable=import-outside-toplevel
+    assert NpuLossScaleOptimizer is ours
+    with pytest.raises(ImportError,
+                       match=r"npu_device\.train\.optimizer\.NpuOptimizer is not emulated"):
+        exec("from npu_device.train.optimizer import NpuOptimizer", {})  # pylint: disable=exec-used
     from npu_device.compat.v1.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
     assert npu_config_proto().allow_soft_placement
 

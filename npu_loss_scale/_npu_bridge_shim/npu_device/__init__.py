@@ -7,8 +7,9 @@ applied to TF1-style sessions through :mod:`npu_loss_scale.ascend.precision`, an
 eager / ``tf.function`` / Keras code, which a warning says), ``compat.enable_v1()``,
 ``compat.v1.npu_init`` (the npu_bridge one), ``distribute.all_reduce/broadcast/
 shard_and_rebatch_dataset/npu_distributed_keras_optimizer_wrapper`` at one rank (the identity, as
-the device computes it). Not emulated (an error names them): ``gen_npu_ops``, ``ops``,
-``train.optimizer.NpuLossScaleOptimizer`` (the Keras loss-scale optimizer of the TF2 front end).
+the device computes it), ``train.optimizer.NpuLossScaleOptimizer`` (the package's Keras
+loss-scale optimizer, :mod:`npu_loss_scale.keras`). Not emulated (an error names them):
+``gen_npu_ops``, ``ops``.
 """
 import warnings
 

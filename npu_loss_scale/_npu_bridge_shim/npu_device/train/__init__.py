@@ -1,5 +1,5 @@
-"""Shim of ``npu_device.train``: not emulated yet (``optimizer.NpuLossScaleOptimizer`` belongs to
-the Keras front end of npu_loss_scale); every name raises an error saying so."""
+"""Shim of ``npu_device.train``: ``optimizer.NpuLossScaleOptimizer`` (the package's Keras
+loss-scale optimizer); any other name raises an error saying it is not emulated."""
 from npu_bridge._shim import module_getattr as _module_getattr
 
 __getattr__ = _module_getattr(__name__, package=True)
