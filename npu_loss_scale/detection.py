@@ -252,7 +252,7 @@ class NpuDetector(_RegisterDetector):
     name = "npu"
 
     def __init__(self):
-        self._gen_ops = _npu_bridge_gen_ops()
+        self._gen_ops = npu_bridge_gen_ops()
 
     def _get(self, reader):
         return self._gen_ops.npu_get_float_status_v2()
@@ -305,7 +305,9 @@ def npu_bridge_available():
     return available
 
 
-def _npu_bridge_gen_ops():
+def npu_bridge_gen_ops():
+    """npu_bridge's generated ops (the float-status ops among them); ImportError, saying what to
+    use instead, without npu_bridge."""
     try:
         helper = _import("npu_bridge.helper.helper")
     except ImportError as err:

@@ -230,10 +230,7 @@ class MegatronGradScaler(LossScaleManager):
 
     # -- LossScaleManager interface ---------------------------------------------------------
     def get_loss_scale(self):
-        s = self._state()
-        if s["loss_scale"] is not None and not tf.distribute.has_strategy():
-            return s["loss_scale"]
-        return tf.convert_to_tensor(s["scale_var"])
+        return self._scale_of_variable()
 
     def update_loss_scale(self, finite_grads):
         finite = self._finite_flag(finite_grads)

@@ -61,6 +61,24 @@ class _Counter:
                 return tf.identity(value)
 
 
+def unscale_gradient(grad, loss_scale_reciprocal):
+    """``grad`` (a tensor or ``IndexedSlices``) times the float32 ``loss_scale_reciprocal``.
+
+    float16/bfloat16 gradients are unscaled in float32 and cast back: a reciprocal such as
+    2**-32 is not representable in them.
+    """
+    def unscale(values):
+        if values.dtype == tf.float32:
+            return values * loss_scale_reciprocal
+        if values.dtype == tf.float64:
+            return values * tf.cast(loss_scale_reciprocal, tf.float64)
+        return tf.cast(tf.cast(values, tf.float32) * loss_scale_reciprocal, values.dtype)
+
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(unscale(grad.values), grad.indices, grad.dense_shape)
+    return unscale(grad)
+
+
 class NPULossScaleOptimizer(_Base):
     """Wraps a ``tf.compat.v1.train`` optimizer with Ascend-style loss scaling.
 
@@ -397,18 +415,7 @@ class NPULossScaleOptimizer(_Base):
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
     def _scale_grad(self, grad, loss_scale_reciprocal):
-        def unscale(values):
-            if values.dtype == tf.float32:
-                return values * loss_scale_reciprocal
-            if values.dtype == tf.float64:
-                return values * tf.cast(loss_scale_reciprocal, tf.float64)
-            # float16/bfloat16: a reciprocal like 2**-32 is not representable there, so unscale
-            # in float32 and cast the result back.
-            return tf.cast(tf.cast(values, tf.float32) * loss_scale_reciprocal, values.dtype)
-
-        if isinstance(grad, tf.IndexedSlices):
-            return tf.IndexedSlices(unscale(grad.values), grad.indices, grad.dense_shape)
-        return unscale(grad)
+        return unscale_gradient(grad, loss_scale_reciprocal)
 
     # -- applying -----------------------------------------------------------------------------
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):

@@ -121,6 +121,16 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
     def _build_state(self):
         """Creates this manager's tensors and variables in the current graph; returns a dict."""
 
+    def _scale_of_variable(self):
+        """The scale of a manager whose state holds it as ``scale_var`` (made by
+        :meth:`_add_weight`) and ``loss_scale`` (that weight's fetchable value, or None): the
+        fetchable ``loss_scale:0`` in a graph, the variable's value in eager or under a strategy.
+        """
+        s = self._state()
+        if s["loss_scale"] is not None and not tf.distribute.has_strategy():
+            return s["loss_scale"]
+        return tf.convert_to_tensor(s["scale_var"])
+
     def _add_weight(self, name, initial_value, dtype=None):
         """Creates a non-trainable state variable (call it from ``_build_state``).
 
@@ -293,10 +303,7 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         return [s["scale_var"], s["good_var"], s["bad_var"]]
 
     def get_loss_scale(self):
-        s = self._state()
-        if s["loss_scale"] is not None and not tf.distribute.has_strategy():
-            return s["loss_scale"]
-        return tf.convert_to_tensor(s["scale_var"])
+        return self._scale_of_variable()
 
     def _next(self, finite_grads):
         finite = self._finite_flag(finite_grads)

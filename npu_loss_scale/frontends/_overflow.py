@@ -14,21 +14,10 @@
 The register is sticky from one read to the next, so it also holds overflows from the forward
 pass (and from earlier micro-batches) of the step.
 """
-import importlib
-
 import tensorflow as tf
 
 from .. import _checks, agreement as agreement_lib, detection, emulation
-
-
-def _npu_status_ops():
-    try:
-        helper = importlib.import_module("npu_bridge.helper.helper")
-    except ImportError as err:
-        raise ImportError("backend 'npu' needs npu_bridge (from Huawei's CANN toolkit), which did "
-                          "not import: %s. Use backend='emulation' off the device." % err) from err
-    ops = helper.get_gen_ops()
-    return ops.npu_get_float_status_v2, ops.npu_clear_float_status_v2
+from ..optimizer import unscale_gradient
 
 
 def _values(grad):
@@ -65,7 +54,8 @@ class OverflowCheck:
     def _ops(self):
         if self._status_ops is None:
             if self.backend_name == "npu":
-                self._status_ops = _npu_status_ops()
+                ops = detection.npu_bridge_gen_ops()
+                self._status_ops = (ops.npu_get_float_status_v2, ops.npu_clear_float_status_v2)
             else:
                 self._status_ops = (emulation.npu_get_float_status_v2,
                                     emulation.npu_clear_float_status_v2)
@@ -118,15 +108,8 @@ class OverflowCheck:
                 out.append(g)
                 continue
             bad.append(self.bad_values(values))
-            if values.dtype == tf.float64:
-                unscaled = values * tf.cast(inv_scale, tf.float64)
-            elif values.dtype == tf.float32:
-                unscaled = values * inv_scale
-            else:
-                unscaled = tf.cast(tf.cast(values, tf.float32) * inv_scale, values.dtype)
-            if isinstance(g, tf.IndexedSlices):
-                unscaled = tf.IndexedSlices(unscaled, g.indices, g.dense_shape)
-            out.append(unscaled)
+            out.append(unscale_gradient(g if isinstance(g, tf.IndexedSlices) else values,
+                                        inv_scale))
         count = (tf.reduce_sum(tf.cast(tf.stack(bad), tf.float32)) if bad
                  else tf.zeros([], tf.float32))
         return out, count
