@@ -88,15 +88,17 @@ def variable_list(name, var_list):
 
     ``None`` (the trainable variables) passes; entries without a dtype are left to TensorFlow.
     """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     if var_list is None:
         return None
-    if isinstance(var_list, (str, bytes)) or not hasattr(var_list, "__iter__"):
+    if isinstance(var_list, (str, bytes)):
         raise TypeError("%s must be a list of variables, or None (the trainable variables); "
                         "got %s" % (name, _describe(var_list)))
-    var_list = list(var_list)
+    given = var_list
+    var_list = tf.nest.flatten(var_list)    # as TensorFlow's compute_gradients does
     if not var_list:
         raise ValueError("%s must hold at least one variable to optimize, or be None (the "
-                         "trainable variables); got []" % name)
+                         "trainable variables); got %r" % (name, given))
     for i, var in enumerate(var_list):
         dtype = _dtype_of(var)
         if dtype is not None and hasattr(dtype, "is_floating") and not dtype.is_floating:

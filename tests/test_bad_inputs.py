@@ -103,6 +103,11 @@ def b_var_list_empty(ctx):
     return lambda: _opt().minimize(v * 2.0, var_list=[])
 
 
+def b_var_list_string(ctx):
+    v = _var()
+    return lambda: _opt().minimize(v * 2.0, var_list="v")
+
+
 def b_var_list_integer(ctx):
     v = _var()
     n = _var("n", 1, tf.int32)
@@ -477,6 +482,9 @@ CASES = [
          r"loss must be a floating-point tensor .*of dtype int32"),
     case("var-list-empty", OPT + ".minimize", b_var_list_empty, ValueError,
          r"var_list must hold at least one variable to optimize, or be None .*got \[\]"),
+    case("var-list-a-string", OPT + ".minimize", b_var_list_string, TypeError,
+         r"var_list must be a list of variables, or None \(the trainable variables\); got 'v' "
+         r"\(type str\)"),
     case("var-list-integer-variable", OPT + ".minimize", b_var_list_integer, TypeError,
          r"var_list must hold floating-point variables .*got var_list\[1\] = 'n:0' of dtype int32"),
     case("mixed-dtype-gradients", OPT + ".apply_gradients", b_mixed_dtype_gradients,
