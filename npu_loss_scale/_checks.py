@@ -53,6 +53,83 @@ def one_of(name, value, accepted):
     return value
 
 
+def callable_or_none(name, value, accepted):
+    """Returns ``value`` after checking it is callable or None."""
+    if value is not None and not callable(value):
+        raise TypeError("%s must be %s, or None; got %s" % (name, accepted, _describe(value)))
+    return value
+
+
+_FLOAT_NAMES = "float16, bfloat16, float32 or float64"
+
+
+def _dtype_of(value):
+    dtype = getattr(value, "dtype", None)
+    return getattr(dtype, "base_dtype", None)
+
+
+def loss_tensor(loss):
+    """Checks the ``loss`` given to an optimizer's ``compute_gradients`` / ``minimize``: a
+    floating-point tensor (a callable is left to the caller, which evaluates it)."""
+    if callable(loss):
+        return loss
+    dtype = _dtype_of(loss)
+    if dtype is None or not hasattr(dtype, "is_floating"):
+        raise TypeError("loss must be a floating-point tensor (%s), or a callable returning one; "
+                        "got %s" % (_FLOAT_NAMES, _describe(loss)))
+    if not dtype.is_floating:
+        raise TypeError("loss must be a floating-point tensor (%s); got %r of dtype %s"
+                        % (_FLOAT_NAMES, getattr(loss, "name", loss), dtype.name))
+    return loss
+
+
+def variable_list(name, var_list):
+    """Checks an explicit ``var_list``: at least one variable, every one floating-point.
+
+    ``None`` (the trainable variables) passes; entries without a dtype are left to TensorFlow.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if var_list is None:
+        return None
+    if isinstance(var_list, (str, bytes)):
+        raise TypeError("%s must be a list of variables, or None (the trainable variables); "
+                        "got %s" % (name, _describe(var_list)))
+    given = var_list
+    var_list = tf.nest.flatten(var_list)    # as TensorFlow's compute_gradients does
+    if not var_list:
+        raise ValueError("%s must hold at least one variable to optimize, or be None (the "
+                         "trainable variables); got %r" % (name, given))
+    for i, var in enumerate(var_list):
+        dtype = _dtype_of(var)
+        if dtype is not None and hasattr(dtype, "is_floating") and not dtype.is_floating:
+            raise TypeError("%s must hold floating-point variables (%s): gradients exist only for "
+                            "them; got %s[%d] = %r of dtype %s"
+                            % (name, _FLOAT_NAMES, name, i, getattr(var, "name", var),
+                               dtype.name))
+    return var_list
+
+
+def finite_flag(name, value):
+    """``value`` (a Python bool, or a bool tensor of one element) as a scalar bool tensor."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if isinstance(value, bool):
+        return tf.constant(value)
+    if value is None:
+        raise TypeError("%s must be a Python bool or a scalar bool tensor (True = every gradient "
+                        "is finite); got None" % name)
+    flag = tf.convert_to_tensor(value)
+    if flag.dtype != tf.bool:
+        raise TypeError("%s must be a Python bool or a scalar bool tensor (True = every gradient "
+                        "is finite); got dtype %s" % (name, flag.dtype.name))
+    size = flag.shape.num_elements()
+    if size is not None and size != 1:
+        raise ValueError("%s must be a scalar bool tensor (or one with a single element); got "
+                         "shape %s" % (name, flag.shape))
+    if flag.shape.rank != 0:
+        flag = tf.reshape(flag, [])
+    return flag
+
+
 def _range_text(minimum, min_inclusive, maximum, max_inclusive):
     parts = []
     if minimum is not None:

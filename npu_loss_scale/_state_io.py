@@ -33,8 +33,14 @@ def _session_or_error(session, owner_name, what):
     return session
 
 
-def _python_value(value, dtype):
-    value = np.asarray(value).reshape(())
+def _python_value(value, dtype, key=None):
+    value = np.asarray(value)
+    if value.size != 1:
+        raise ValueError("state_dict(): variable %r holds shape %s where a scalar is expected: "
+                         "it was restored from a checkpoint that does not match (a "
+                         "tf.compat.v1.train.Saver does not check shapes when it restores); "
+                         "restore a matching checkpoint or rebuild the graph" % (key, value.shape))
+    value = value.reshape(())
     return float(value) if dtype.is_floating else int(value)
 
 
@@ -42,12 +48,12 @@ def read(owner, variables_fn, session=None):
     """``{key: number}`` of the variables ``variables_fn()`` returns (a key -> variable dict)."""
     if tf.executing_eagerly():
         named = variables_fn()
-        return {k: _python_value(v.numpy(), v.dtype) for k, v in named.items()}
+        return {k: _python_value(v.numpy(), v.dtype, k) for k, v in named.items()}
     session = _session_or_error(session, type(owner).__name__, "state_dict")
     with session.graph.as_default():
         named = variables_fn()
         values = session.run({k: tf.convert_to_tensor(v) for k, v in named.items()})
-    return {k: _python_value(values[k], named[k].dtype) for k in named}
+    return {k: _python_value(values[k], named[k].dtype, k) for k in named}
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -172,7 +172,18 @@ def _parse(argv):
                         help="precision_mode for sessions whose config sets none (the device's "
                              "training default is allow_fp32_to_fp16; default here: none, "
                              "float32 as written)")
+    if module is None and not target and own and own[-1] == "-m":
+        parser.error("-m needs a module name to run (-m package.module [args ...])")
     args = parser.parse_args(own)
+    if args.saturate_every_op:
+        from . import saturation  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        try:
+            saturation._dtype_set(tuple(  # pylint: disable=protected-access
+                d.strip() for d in args.saturate_dtypes.split(",") if d.strip()))
+        except (TypeError, ValueError) as err:
+            parser.error("--saturate-dtypes must be a comma-separated list of floating dtypes "
+                         "(float16, bfloat16, float32, float64); got %r (%s)"
+                         % (args.saturate_dtypes, err))
     if args.precision_mode is not None:
         from .ascend.precision import PRECISION_MODES  # pylint: disable=import-outside-toplevel
         if args.precision_mode not in PRECISION_MODES:

@@ -103,7 +103,8 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         self._output_dir = output_dir
         self._writer = summary_writer
         self._log_overflows = bool(log_overflows)
-        self._log_fn = log_fn
+        self._log_fn = _checks.callable_or_none("log_fn", log_fn,
+                                                "a callable taking the message string")
         self.history = []
         self.skipped_steps = None
         self._tensors = None

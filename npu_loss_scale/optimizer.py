@@ -390,6 +390,8 @@ class NPULossScaleOptimizer(_Base):
         """
         if callable(loss) and not tf.executing_eagerly():
             loss = loss()
+        _checks.loss_tensor(loss)
+        var_list = _checks.variable_list("var_list", var_list)
         scaled_loss = self._scale_loss(loss)
         if grad_loss is None and isinstance(scaled_loss, tf.Tensor) and self._check_overflow \
                 and not tf.executing_eagerly():

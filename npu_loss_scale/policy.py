@@ -164,13 +164,7 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
 
     @staticmethod
     def _finite_flag(finite_grads):
-        if isinstance(finite_grads, bool):
-            return tf.constant(finite_grads)
-        flag = tf.convert_to_tensor(finite_grads)
-        if flag.dtype != tf.bool:
-            raise TypeError("finite_grads must be a bool or a scalar bool tensor; got dtype %s"
-                            % flag.dtype.name)
-        return flag
+        return _checks.finite_flag("finite_grads", finite_grads)
 
 
 class FixedLossScaleManager(LossScaleManager):
