@@ -60,7 +60,6 @@ import os
 import pickle
 import subprocess
 import sys
-import tempfile
 import time
 import types
 

@@ -5,6 +5,7 @@ loaded) unless said otherwise; the plugin reaches those inner runs the way it re
 through its ``pytest11`` entry point.
 """
 import os
+import re
 import sys
 import types
 from importlib import metadata
@@ -267,6 +268,24 @@ def test_a_users_ascend_script_is_tested_in_a_few_lines(pytester):
         "*test_expecting_a_skip_on_an_applied_step_fails*",
         "E*AssertionError: the step was applied: no overflow was detected: loss scale 32768 -> "
         "32768, skipped steps 0, global step 1*"])
+
+
+def _readme_test():
+    with open(os.path.join(HERE, "..", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("### Testing your own Ascend scripts with pytest")
+    end = text.index("\n### ", start + 1)
+    blocks = re.findall(r"```python\n(.*?)```", text[start:end], re.S)
+    assert len(blocks) == 1
+    return blocks[0]
+
+
+def test_the_readme_example_passes_as_written(pytester):
+    """The README's test, with tests/scripts/ascend_user_train.py as its train.py."""
+    with open(USER_SCRIPT, encoding="utf-8") as f:
+        pytester.path.joinpath("train.py").write_text(f.read(), encoding="utf-8")
+    result = _run_inner(pytester, test_train=_readme_test())
+    result.assert_outcomes(passed=1)
 
 
 def test_a_failing_script_fails_the_test_with_its_exit_code(pytester, tmp_path):
