@@ -111,7 +111,11 @@ class NPUDevice:
         self._sat_mode = None
         self._precision_mode = None
         self._hook_installed = False
-        self._setup(sat_mode, saturate_every_op, precision_mode)
+        try:
+            self._setup(sat_mode, saturate_every_op, precision_mode)
+        except BaseException:
+            self.close()     # a refused option leaves nothing changed
+            raise
 
     # -- set-up and tear-down -----------------------------------------------------------------
     def _setup(self, sat_mode, saturate_every_op, precision_mode):

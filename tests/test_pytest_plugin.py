@@ -192,13 +192,15 @@ def test_npu_device_refuses_bad_options(pytester):
 
 
 def test_npu_device_checks_its_arguments_directly():
-    before = _global_state()
     with pytest.raises(ValueError, match="sat_mode must be .*got 2"):
         NPUDevice(sat_mode=2)
     with pytest.raises(TypeError, match="saturate_every_op must be True or False; got 'yes'"):
         NPUDevice(saturate_every_op="yes")
+    emulation.set_device_sat_mode(emulation.INF_NAN)     # the conftest restores saturation
+    before = _global_state()
     with pytest.raises(ValueError, match="precision_mode must be one of"):
-        NPUDevice(precision_mode="fp8")
+        NPUDevice(sat_mode="saturation", precision_mode="fp8")
+    assert _global_state() == before                      # INF/NaN again: nothing half set up
     with pytest.raises(FileNotFoundError, match="script 'no_such.py' does not exist"):
         device = NPUDevice()
         try:
