@@ -26,6 +26,9 @@ setup(
     # TensorFlow itself is not pinned as a dependency: users bring tensorflow, tensorflow-cpu or
     # Huawei's TensorFlow build. Supported: 2.15.x and 2.21.x.
     install_requires=["numpy"],
+    # The pytest plugin (fixtures npu_device, npu_ranks; see npu_loss_scale/pytest_plugin.py):
+    # installing the package is enough for pytest to load it.
+    entry_points={"pytest11": ["npu_loss_scale = npu_loss_scale.pytest_plugin"]},
     extras_require={
         "tf215": ["tensorflow-cpu>=2.15,<2.16", "numpy<2"],
         "tf221": ["tensorflow-cpu>=2.21,<2.22"],

@@ -10,23 +10,50 @@ Example::
                                                 decr_every_n_nan_or_inf=2, decr_ratio=0.5)
     opt = nls.NPULossScaleOptimizer(opt, mgr)
     train_op = opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+
+Importing the package is cheap: it imports neither TensorFlow nor any submodule. Each name below
+is imported from its submodule on first use (``nls.NPULossScaleOptimizer``, ``from
+npu_loss_scale import GradScaler``), so that, for example, the package's pytest plugin (loaded by
+pytest at start-up through its entry point) costs nothing in test runs that do not use it.
 """
-from . import emulation
-from .detection import (BACKEND_NAMES, ENV_VAR as BACKEND_ENV_VAR, clear_overflow_status,
-                        get_backend_name)
-from .emulation import get_device_sat_mode, is_inf_nan_enabled, saturate, set_device_sat_mode
-from .optimizer import NPULossScaleOptimizer
-from .policy import ExponentialUpdateLossScaleManager, FixedLossScaleManager, LossScaleManager
-from .megatron_scalers import ConstantGradScaler, DynamicGradScaler, MegatronGradScaler
-from .mixed_precision import MegatronGradientProcessor, MegatronMixedPrecisionOptimizer
-from .flags import loss_scale_manager_from_flag
-from .hooks import LossScaleHook, OverflowStatusClearHook
-from .schedules import WarmupDecaySchedule, warmup_decay_learning_rate
-from .schedules import (OptimizerParamScheduler, ParamGroupOptimizer, ParamGroupOverride,
-                        combine_param_group_overrides, param_group_override_to_tuple)
-from .frontends import GradScaler, OptimizerThread
+import importlib
+import importlib.util
 
 __version__ = "0.1.0"
+
+# public name -> (submodule, attribute in it; None = the submodule itself)
+_EXPORTS = {
+    "emulation": (".emulation", None),
+    "BACKEND_NAMES": (".detection", "BACKEND_NAMES"),
+    "BACKEND_ENV_VAR": (".detection", "ENV_VAR"),
+    "clear_overflow_status": (".detection", "clear_overflow_status"),
+    "get_backend_name": (".detection", "get_backend_name"),
+    "get_device_sat_mode": (".emulation", "get_device_sat_mode"),
+    "is_inf_nan_enabled": (".emulation", "is_inf_nan_enabled"),
+    "saturate": (".emulation", "saturate"),
+    "set_device_sat_mode": (".emulation", "set_device_sat_mode"),
+    "NPULossScaleOptimizer": (".optimizer", "NPULossScaleOptimizer"),
+    "ExponentialUpdateLossScaleManager": (".policy", "ExponentialUpdateLossScaleManager"),
+    "FixedLossScaleManager": (".policy", "FixedLossScaleManager"),
+    "LossScaleManager": (".policy", "LossScaleManager"),
+    "ConstantGradScaler": (".megatron_scalers", "ConstantGradScaler"),
+    "DynamicGradScaler": (".megatron_scalers", "DynamicGradScaler"),
+    "MegatronGradScaler": (".megatron_scalers", "MegatronGradScaler"),
+    "MegatronGradientProcessor": (".mixed_precision", "MegatronGradientProcessor"),
+    "MegatronMixedPrecisionOptimizer": (".mixed_precision", "MegatronMixedPrecisionOptimizer"),
+    "loss_scale_manager_from_flag": (".flags", "loss_scale_manager_from_flag"),
+    "LossScaleHook": (".hooks", "LossScaleHook"),
+    "OverflowStatusClearHook": (".hooks", "OverflowStatusClearHook"),
+    "WarmupDecaySchedule": (".schedules", "WarmupDecaySchedule"),
+    "warmup_decay_learning_rate": (".schedules", "warmup_decay_learning_rate"),
+    "OptimizerParamScheduler": (".schedules", "OptimizerParamScheduler"),
+    "ParamGroupOptimizer": (".schedules", "ParamGroupOptimizer"),
+    "ParamGroupOverride": (".schedules", "ParamGroupOverride"),
+    "combine_param_group_overrides": (".schedules", "combine_param_group_overrides"),
+    "param_group_override_to_tuple": (".schedules", "param_group_override_to_tuple"),
+    "GradScaler": (".frontends", "GradScaler"),
+    "OptimizerThread": (".frontends", "OptimizerThread"),
+}
 
 __all__ = [
     "NPULossScaleOptimizer", "LossScaleManager", "FixedLossScaleManager",
@@ -44,9 +71,19 @@ __all__ = [
 
 
 def __getattr__(name):
-    # npu_loss_scale.keras (the Keras NpuLossScaleOptimizer) is imported on first use only:
-    # importing the package must not import Keras.
-    if name == "keras":
-        import importlib  # pylint: disable=import-outside-toplevel
-        return importlib.import_module(".keras", __name__)
+    # Names are imported from their submodule on first use (see the module docstring); so is any
+    # submodule reached as an attribute (``nls.keras``, ``nls.optimizer``) before being imported.
+    if name in _EXPORTS:
+        module_name, attr = _EXPORTS[name]
+        value = importlib.import_module(module_name, __name__)
+        if attr is not None:
+            value = getattr(value, attr)
+        globals()[name] = value
+        return value
+    if not name.startswith("__") and importlib.util.find_spec("." + name, __name__) is not None:
+        return importlib.import_module("." + name, __name__)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

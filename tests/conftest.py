@@ -11,6 +11,13 @@ import tensorflow as tf  # noqa: E402
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running test (CI runs it)")
     config.addinivalue_line("markers", "distributed: starts several processes")
+    # The package's pytest plugin (npu_device, npu_ranks) is loaded by pytest through its
+    # pytest11 entry point once the package is installed (scripts/setup_env.sh). A checkout run
+    # with an installation that predates the entry point gets it here; then
+    # test_pytest_plugin.py::test_plugin_is_loaded_through_its_entry_point fails and says so.
+    if not config.pluginmanager.has_plugin("npu_loss_scale"):
+        from npu_loss_scale import pytest_plugin  # pylint: disable=import-outside-toplevel
+        config.pluginmanager.register(pytest_plugin, "npu_loss_scale")
 
 
 @pytest.fixture
@@ -29,7 +36,11 @@ def session(graph):
 
 @pytest.fixture(autouse=True)
 def _default_sat_mode():
-    """Every test starts in saturation mode (the Atlas-training default) and restores it."""
+    """Every test starts in saturation mode (the Atlas-training default) and restores it.
+
+    Tests that need more of the emulated device (a fresh eager register, INF/NaN mode, every
+    float16 op saturated, a precision mode) take the plugin's ``npu_device`` fixture.
+    """
     from npu_loss_scale import emulation
     previous = emulation.set_device_sat_mode(emulation.SATURATION)
     yield

@@ -129,8 +129,9 @@ def test_saturate_refuses_integer_tensors():
         nls.saturate(tf.constant([1, 2]))
 
 
-def test_inf_nan_mode_leaves_ieee_values_and_the_register_alone(graph, session):
-    nls.set_device_sat_mode(emulation.INF_NAN)
+@pytest.mark.npu_device(sat_mode="inf_nan")
+def test_inf_nan_mode_leaves_ieee_values_and_the_register_alone(npu_device, graph, session):
+    assert nls.is_inf_nan_enabled()
     x = _f16([1e5, float("nan"), 1.0])
     y = nls.saturate(x)
     grad = tf.gradients(y, x, grad_ys=_f16([1e5, 1.0, 1.0]))[0]
@@ -140,8 +141,8 @@ def test_inf_nan_mode_leaves_ieee_values_and_the_register_alone(graph, session):
     np.testing.assert_array_equal(session.run(emulation.npu_get_float_status_v2()), ZEROS)
 
 
-def test_saturate_in_eager_mode_and_in_tf_function_share_one_register():
-    emulation.reset_register()
+def test_saturate_in_eager_mode_and_in_tf_function_share_one_register(npu_device):
+    assert npu_device.status() == ZEROS
     y = nls.saturate(_f16([1e5, 1.0]))
     np.testing.assert_array_equal(y.numpy(), [F16_MAX, 1.0])
     np.testing.assert_array_equal(emulation.npu_get_float_status_v2().numpy(), OVERFLOW_ONLY)
@@ -154,9 +155,7 @@ def test_saturate_in_eager_mode_and_in_tf_function_share_one_register():
     out, status = clear_then_saturate(_f16([float("nan")]))
     np.testing.assert_array_equal(out.numpy(), [0.0])
     np.testing.assert_array_equal(status.numpy(), [0, 1, 0, 0, 0, 0, 0, 0])
-    np.testing.assert_array_equal(emulation.npu_get_float_status_v2().numpy(),
-                                  [0, 1, 0, 0, 0, 0, 0, 0])
-    emulation.reset_register()
+    np.testing.assert_array_equal(npu_device.status(), [0, 1, 0, 0, 0, 0, 0, 0])
 
 
 # -- modes ---------------------------------------------------------------------------------------
@@ -252,9 +251,9 @@ def test_nothing_clears_the_register_before_the_read(graph):
     assert read[0] in ancestors(inserts)              # ... after the read
 
 
-@pytest.mark.parametrize("mode", [0, 1], ids=["saturation", "inf_nan"])
-def test_no_overflow_check_builds_no_status_ops_in_both_modes(graph, session, mode):
-    nls.set_device_sat_mode(mode)
+@pytest.mark.parametrize("npu_device", ["saturation", "inf_nan"], indirect=True)
+def test_no_overflow_check_builds_no_status_ops_in_both_modes(npu_device, graph, session):
+    assert nls.get_device_sat_mode() == {"saturation": 0, "inf_nan": 1}[npu_device.sat_mode]
     w = tf.compat.v1.get_variable("w", initializer=tf.ones([1]), use_resource=True)
     loss = tf.reduce_sum(w * 3.0)
     opt = nls.NPULossScaleOptimizer(
@@ -268,8 +267,9 @@ def test_no_overflow_check_builds_no_status_ops_in_both_modes(graph, session, mo
     np.testing.assert_allclose(session.run(w), [1.0 - 3.0 * LR])
 
 
-def test_inf_nan_mode_decides_on_non_finite_gradients(graph, session):
-    nls.set_device_sat_mode(emulation.INF_NAN)
+@pytest.mark.npu_device(sat_mode="inf_nan")
+def test_inf_nan_mode_decides_on_non_finite_gradients(npu_device, graph, session):
+    assert nls.is_inf_nan_enabled()
     w, step, _, _, train_op = _train_graph(scale=2.0 ** 17)  # the scaled gradient is inf
     session.run(tf.compat.v1.global_variables_initializer())
     session.run(emulation.record(True))  # a set register is not consulted in INF/NaN mode

@@ -69,9 +69,7 @@ def test_gradients_built_inside_are_saturated_and_recorded(graph, session):
     np.testing.assert_array_equal(_status(session), OVERFLOW_ONLY)
 
 
-def test_every_op_in_tf_function_with_gradient_tape():
-    emulation.reset_register()
-
+def test_every_op_in_tf_function_with_gradient_tape(npu_device):
     @tf.function
     def forward_backward(x, dy):
         with saturation.saturate_every_op():
@@ -87,12 +85,12 @@ def test_every_op_in_tf_function_with_gradient_tape():
     y, grad = forward_backward(_f16([300.0, 1.0]), _f16([1000.0, 1.0]))
     np.testing.assert_array_equal(y.numpy(), [F16_MAX, 1.0])
     np.testing.assert_array_equal(grad.numpy(), [F16_MAX, 2.0])
-    np.testing.assert_array_equal(emulation.npu_get_float_status_v2().numpy(), OVERFLOW_ONLY)
-    emulation.reset_register()
+    np.testing.assert_array_equal(npu_device.status(), OVERFLOW_ONLY)
 
 
-def test_every_op_changes_nothing_in_inf_nan_mode(graph, session):
-    nls.set_device_sat_mode(emulation.INF_NAN)
+@pytest.mark.npu_device(sat_mode="inf_nan")
+def test_every_op_changes_nothing_in_inf_nan_mode(npu_device, graph, session):
+    assert nls.get_device_sat_mode() == emulation.INF_NAN
     with saturation.saturate_every_op() as callback:
         y = _f16([300.0]) * _f16([300.0])
     assert callback.saturated == 0
@@ -155,19 +153,16 @@ def test_saturating_refuses_non_callables():
 
 
 # -- Keras layer -----------------------------------------------------------------------------------
-def test_keras_layer_saturates_forward_values():
-    emulation.reset_register()
+def test_keras_layer_saturates_forward_values(npu_device):
     inputs = tf.keras.Input((2,), dtype="float16")
     model = tf.keras.Model(inputs, saturation.Saturate()(inputs * 1000.0))
     out = model(np.array([[100.0, 1.0]], np.float16))
     assert out.dtype == tf.float16
     np.testing.assert_array_equal(np.asarray(out), [[F16_MAX, 1000.0]])
-    np.testing.assert_array_equal(emulation.npu_get_float_status_v2().numpy(), OVERFLOW_ONLY)
-    emulation.reset_register()
+    np.testing.assert_array_equal(npu_device.status(), OVERFLOW_ONLY)
 
 
-def test_keras_layer_keeps_dtype_under_mixed_precision_and_saturates_gradients():
-    emulation.reset_register()
+def test_keras_layer_keeps_dtype_under_mixed_precision_and_saturates_gradients(npu_device):
     previous = tf.keras.mixed_precision.global_policy()
     tf.keras.mixed_precision.set_global_policy("mixed_float16")
     try:
@@ -182,8 +177,7 @@ def test_keras_layer_keeps_dtype_under_mixed_precision_and_saturates_gradients()
     finally:
         tf.keras.mixed_precision.set_global_policy(previous)
     np.testing.assert_array_equal(grad.numpy(), [[F16_MAX]])
-    np.testing.assert_array_equal(emulation.npu_get_float_status_v2().numpy(), OVERFLOW_ONLY)
-    emulation.reset_register()
+    np.testing.assert_array_equal(npu_device.status(), OVERFLOW_ONLY)
 
 
 def test_keras_layer_round_trips_its_config_and_is_identity_in_inf_nan_mode():
