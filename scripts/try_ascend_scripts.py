@@ -29,7 +29,9 @@ ModelZoo-TensorFlow (nothing of it belongs in this repository). The script
 5. decides *trained through NPULossScaleOptimizer* from evidence only: the emulate report
    (``--report``) says an ``NPULossScaleOptimizer`` train op ran at least one step (applied or
    skipped for an overflow). It prints, per script, the outcome, the first barrier (the exception
-   type and message ending the run, or "timeout") and a summary count.
+   type and message ending the run, or "timeout", with a coarse kind: npu name not emulated, TF1
+   API not mapped, third-party module missing, data or arguments, timeout, other) and a summary:
+   the count of scripts that trained and the others' first barriers by kind.
 
 Outcomes: ``trained`` (>= 1 step through NPULossScaleOptimizer, clean exit), ``trained, then
 failed`` / ``trained, then timeout`` (>= 1 step, the run ended otherwise: evaluation on missing
@@ -246,6 +248,31 @@ def first_barrier(stderr, returncode):
     return ("exit code %d%s" % (returncode, (": " + tail[-1][:200]) if tail else ""))
 
 
+_CATEGORIES = (  # (category, pattern on the first barrier), first match wins
+    ("npu name not emulated", re.compile(r"not emulated on CPU by npu_loss_scale")),
+    ("TF1 API not mapped", re.compile(r"tensorflow\.contrib|tf\.contrib|not mapped to TensorFlow 2|"
+                                      r"module 'tensorflow[\w.]*' has no attribute|tf_keras|"
+                                      r"not available with Keras 3")),
+    ("third-party module missing", re.compile(r"^ModuleNotFoundError: No module named")),
+    ("data or arguments", re.compile(r"FileNotFoundError|NotFoundError|DataLossError|"
+                                     r"must have a value other than None|KeyError|No such file|"
+                                     r"Unable to load|IllegalFlagValue|UnrecognizedFlag|"
+                                     r"error: the following arguments are required|"
+                                     r"OutOfRangeError|IndexError|exit code 2")),
+    ("timeout", re.compile(r"^timeout")),
+)
+
+
+def barrier_category(result):
+    """A coarse kind of first barrier, for the summary (``-`` when the run trained)."""
+    if trained(result):
+        return "-"
+    for name, pattern in _CATEGORIES:
+        if pattern.search(result["barrier"]):
+            return name
+    return "other"
+
+
 def run_one(corpus, script, extra_args, python, timeout, work):
     model = survey.model_dir(script, corpus)
     tf1 = not uses_npu_device(model)
@@ -373,6 +400,12 @@ def main(argv=None):
     n_trained = sum(trained(r) for r in results)
     clean = sum(r["outcome"] == "trained" for r in results)
     print()
+    kinds = {}
+    for result in results:
+        if not trained(result):
+            kinds[barrier_category(result)] = kinds.get(barrier_category(result), 0) + 1
+    print("first barriers of the others: " + (", ".join(
+        "%s %d" % kv for kv in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"))
     print("trained through NPULossScaleOptimizer (>= 1 step): %d of %d (%d with a clean exit)"
           % (n_trained, len(results), clean))
     if args.json:
@@ -383,11 +416,12 @@ def main(argv=None):
 
 def _print_result(i, result):
     steps = result["report"]
-    print("%2d. %s%s\n    outcome: %s (applied %d, skipped %d; %.0fs)\n    first barrier: %s\n"
+    print("%2d. %s%s\n    outcome: %s (applied %d, skipped %d; %.0fs)\n    first barrier: %s%s\n"
           "    args: %s" % (
               i + 1, result["script"], " [--tf1]" if result["tf1"] else "", result["outcome"],
               steps.get("steps_applied", 0), steps.get("steps_skipped", 0), result["seconds"],
-              result["barrier"], " ".join(result["args"]) or "-"), flush=True)
+              result["barrier"], "" if trained(result) else " [%s]" % barrier_category(result),
+              " ".join(result["args"]) or "-"), flush=True)
 
 
 if __name__ == "__main__":

@@ -141,8 +141,12 @@ def _import_contrib(v1, name, fromlist):
         if item != "*" and not hasattr(module, item):
             try:  # a submodule: importing it makes it an attribute of its package
                 resolve_module(name + "." + item, v1.contrib)
-            except ModuleNotFoundError:
-                pass  # Python reports the name as missing from the module
+            except ModuleNotFoundError as err:
+                if hasattr(module, item):
+                    continue
+                raise ImportError("cannot import name %r from %s: %s.%s is not mapped to "
+                                  "TensorFlow 2 by the TF1 mode of npu_loss_scale.emulate"
+                                  % (item, name, name, item), name=name) from err
     return module
 
 

@@ -16,7 +16,8 @@ Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 
   ``load_checkpoint``, ``get_name_scope``, then ``tf_slim``'s variable and arg-scope helpers
   (``arg_scope``, ``add_arg_scope``, ``get_variables_to_restore``, ``assign_from_checkpoint_fn``);
 * ``rnn``: ``tf.compat.v1.nn.rnn_cell``'s cells (``LSTMCell``, ``GRUCell``, ``MultiRNNCell``,
-  ``DropoutWrapper``, ``LSTMStateTuple``...), ``static_rnn``, ``static_bidirectional_rnn``;
+  ``DropoutWrapper``, ``LSTMStateTuple``...), ``static_rnn``, ``static_bidirectional_rnn`` (TF
+  2.15; TF 2.21's Keras 3 has no v1 cells, so there these names raise the not-mapped error);
 * ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods.
 
 Module paths (``import tensorflow.contrib.slim as slim``, ``from tensorflow.contrib.layers.python.
@@ -264,7 +265,17 @@ class HParams:
 
 
 def _rnn_cell():
-    return [tf.compat.v1.nn.rnn_cell]
+    try:  # TF 2.21 (Keras 3) has no v1 RNN cells: looking them up fails with an ImportError
+        return [tf.compat.v1.nn.rnn_cell]
+    except (ImportError, AttributeError):
+        return []
+
+
+def _v1_nn(name):
+    try:
+        return getattr(tf.compat.v1.nn, name)
+    except (ImportError, AttributeError):
+        return None
 
 
 # -- module paths ----------------------------------------------------------------------------------
@@ -339,8 +350,8 @@ def contrib():
                       load_checkpoint=tf.train.load_checkpoint,
                       get_name_scope=lambda: v1.get_default_graph().get_name_scope()),
         rnn=_ns("tf.contrib.rnn", _rnn_cell, **{
-            name: getattr(v1.nn, name) for name in ("static_rnn", "static_bidirectional_rnn")
-            if hasattr(v1.nn, name)}),
+            name: _v1_nn(name) for name in ("static_rnn", "static_bidirectional_rnn")
+            if _v1_nn(name) is not None}),
         training=_ns("tf.contrib.training", HParams=HParams))
     framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
     object.__setattr__(out.framework, "python", _ns("tensorflow.contrib.framework.python",

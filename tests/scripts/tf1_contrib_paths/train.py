@@ -23,10 +23,14 @@ FLAGS = flags.FLAGS
 
 def main(_):
     hparams = tf.contrib.training.HParams(learning_rate=0.5, feeds=[1.0]).parse(FLAGS.hparams)
+    try:
+        state_tuple = rnn.LSTMStateTuple is tf.nn.rnn_cell.LSTMStateTuple
+    except AttributeError as err:  # TF 2.21: Keras 3 has no v1 RNN cells
+        state_tuple = str(err)
     print(json.dumps({
         "slim": slim.__name__, "nets": resnet_v1.__name__, "utils": utils.__name__,
         "add_arg_scope": add_arg_scope.__module__, "tensorflow_core_is_tf": tensorflow_core is tf,
-        "state_tuple": rnn.LSTMStateTuple is tf.nn.rnn_cell.LSTMStateTuple,
+        "state_tuple": state_tuple,
         "hparams": hparams.values()}), flush=True)
     x = tf.placeholder(tf.float32, [])
     w = tf.get_variable("w", [], initializer=tf.ones_initializer())
