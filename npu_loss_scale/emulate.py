@@ -22,6 +22,11 @@ Options (before the script):
     The device's ``precision_mode`` for sessions whose config sets none (a config's
     ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is always
     honoured); see :mod:`npu_loss_scale.ascend.precision`.
+``--report FILE``
+    At exit, write to FILE a JSON summary of the shim's ``NPULossScaleOptimizer``s: how many
+    were built, how many train ops they built and how many steps those applied and skipped (it
+    sets ``NPU_LOSS_SCALE_EMULATE_REPORT``; see the shim's ``npu_loss_scale_optimizer`` module).
+    Off by default.
 ``--tf1``
     TF1 mode: ``import tensorflow as tf`` in the script's own files gives TF1 behaviour; see
     :mod:`npu_loss_scale.ascend.tf1`.
@@ -123,7 +128,7 @@ def uninstall_shim():
             del sys.modules[name]
 
 
-_VALUE_OPTIONS = ("--sat-mode", "--saturate-dtypes", "--precision-mode", "--ranks")
+_VALUE_OPTIONS = ("--report", "--sat-mode", "--saturate-dtypes", "--precision-mode", "--ranks")
 
 
 def _split(argv):
@@ -164,6 +169,9 @@ def _parse(argv):
     parser.add_argument("--ranks", type=int, default=None,
                         help="run the script as N emulated ranks (N processes with RANK_ID, "
                              "RANK_SIZE, DEVICE_ID set; HCCL over TF collective ops)")
+    parser.add_argument("--report", default=None, metavar="FILE",
+                        help="at exit, write a JSON summary of the NPULossScaleOptimizers built "
+                             "and the steps they applied and skipped to FILE")
     parser.add_argument("--tf1", action="store_true",
                         help="TF1 mode: the script's own `import tensorflow as tf` gives "
                              "tensorflow.compat.v1 with v2 behaviour off (see "
@@ -229,6 +237,8 @@ def main(argv=None):
         return ranks.launch(args.ranks, _without_ranks(argv))
     if args.sat_mode is not None:
         os.environ["NPU_LOSS_SCALE_SAT_MODE"] = str(args.sat_mode)
+    if args.report is not None:
+        os.environ["NPU_LOSS_SCALE_EMULATE_REPORT"] = os.path.abspath(args.report)
 
     if args.script is not None:
         script = os.path.abspath(args.script)

@@ -16,8 +16,8 @@ stacks=("$@")
 
 requirements_for() {
   case "$1" in
-    tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2" ;;
-    tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2" ;;
+    tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
+    tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     *) echo "unknown stack '$1' (accepted: tf215, tf221)" >&2; return 2 ;;
   esac
 }

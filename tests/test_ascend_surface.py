@@ -323,15 +323,15 @@ def test_tf1_mode_provides_tf1_mnist_and_names_tensorflow_contrib_imports_as_not
     script.write_text("import tensorflow as tf\n"
                       "from tensorflow.examples.tutorials.mnist import input_data\n"
                       "print(input_data.read_data_sets.__module__)\n"
-                      "import tensorflow.contrib.slim as slim\n")
+                      "import tensorflow.contrib.tpu as tpu\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
                              str(script)], env=env, cwd=str(tmp_path), capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.stdout.strip() == "npu_loss_scale.ascend.tf1_mnist"
     assert result.returncode != 0
-    assert "tensorflow.contrib.slim: tensorflow.contrib was removed in TensorFlow 2" \
-        in result.stderr
+    assert "tensorflow.contrib.tpu: tensorflow.contrib was removed in TensorFlow 2 and the TF1 " \
+        "mode of npu_loss_scale.emulate does not map this module" in result.stderr
 
 
 def test_dynamic_rnn_is_the_devices_lstm(shim, graph, session):
@@ -400,10 +400,15 @@ def test_npu_device_options_are_validated_recorded_and_open_applies_precision(sh
         options.precison_mode = "force_fp16"
     with pytest.raises(ValueError, match="precision_mode must be one of"):
         options.precision_mode = "fp8"
-    with pytest.warns(RuntimeWarning, match="applied to tf.compat.v1 sessions only"):
-        device = npu_device.open().as_default()
+    assert tf.executing_eagerly()  # TF2 code: a casting mode is not emulated, and says so
+    with pytest.raises(ImportError, match=r"precision_mode='allow_mix_precision' for TF2 eager, "
+                                          r"tf.function and Keras code is not emulated"):
+        npu_device.open()
+    assert npu_device.global_npu_ctx() is None
+    options.precision_mode = "force_fp32"     # changes no dtype: runs as written
+    device = npu_device.open().as_default()
     assert npu_device.global_npu_ctx() is device
-    assert precision._default_mode[0] == "allow_mix_precision"  # pylint: disable=protected-access
+    assert precision._default_mode[0] == "force_fp32"  # pylint: disable=protected-access
     precision.set_default_precision_mode(None)
     dataset = tf.data.Dataset.range(4)
     assert npu_device.distribute.shard_and_rebatch_dataset(dataset, 8) == (dataset, 8)

@@ -7,20 +7,29 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
 * v2 behaviour is turned off (``tf.compat.v1.disable_v2_behavior()``: graph mode, v1 variables,
   v1 control flow), as in TF 1.15;
 * ``import tensorflow as tf`` and ``from tensorflow import x`` *in the user's own files* (the
-  script's folder and below) give ``tensorflow.compat.v1``; imports by this package, TensorFlow
-  itself and third-party libraries are left alone (they get TF 2.x, which they need);
+  script's folder and below, and any other file that is not installed code: outside
+  site-packages/dist-packages, Python's standard library and folders holding a package's install
+  metadata, as a model's sibling folders put on ``sys.path`` are) give ``tensorflow.compat.v1``; imports by this package, TensorFlow itself and
+  installed third-party libraries are left alone (they get TF 2.x, which they need);
 * ``import tensorflow.compat.v1 as tf`` keeps working;
 * ``tf.contrib.*`` (gone in TF 2.x) gives the pieces the corpus uses most, mapped to TF 2.x (see
   :mod:`npu_loss_scale.ascend.tf1_contrib`: ``data.map_and_batch``, ``data.parallel_interleave``,
   ``data.AUTOTUNE``, ``layers.xavier_initializer``, ``layers.variance_scaling_initializer``,
   ``layers.l2_regularizer``, ``layers.layer_norm``, ``slim`` through ``tf_slim`` when installed);
-  other names, and ``import tensorflow.contrib...`` statements, raise an error naming them.
+  other names raise an error naming them. ``import tensorflow.contrib.x`` and ``from
+  tensorflow.contrib.x import y`` in user files resolve through
+  :func:`npu_loss_scale.ascend.tf1_contrib.resolve_module` (``slim`` and its ``nets``, the
+  ``layers``/``framework`` internals through ``tf_slim``, Ascend's old
+  ``tensorflow.contrib.offline_train`` adapter location through ``npu_bridge``); an unmapped
+  module path raises ModuleNotFoundError naming it;
+* ``tensorflow_core`` (the package TF 1.15 installs ``tensorflow`` from) is ``tensorflow`` in
+  user files;
 
 * ``tensorflow.examples.tutorials.mnist.input_data`` reads the MNIST files a script points it at
   (:mod:`npu_loss_scale.ascend.tf1_mnist`).
 
-What is not done yet: ``import tensorflow.contrib.x`` module paths, ``rnn``/``tpu``/``training``
-contrib pieces, moved ``tensorflow.python.keras`` paths and TF 2.6 ``keras.*`` locations.
+What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces, moved
+``tensorflow.python.keras`` paths and TF 2.6 ``keras.*`` locations.
 """
 import builtins
 import os
@@ -38,7 +47,48 @@ def _is_user_file(path, roots):
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if path.startswith(package_dir + os.sep):
         return False
-    return any(path == root or path.startswith(root + os.sep) for root in roots)
+    if any(path == root or path.startswith(root + os.sep) for root in roots):
+        return True
+    # a model's other folders (``sys.path.append("../nets")``): any file that is not installed
+    # code — neither in site-packages/dist-packages (above) nor in Python's standard library,
+    # nor beside a ``*.dist-info``/``*.egg-info`` (``pip install --target``, ``PYTHONPATH``)
+    if any(path.startswith(lib + os.sep) for lib in _installed_roots()):
+        return False
+    folder = os.path.dirname(path)
+    for _ in range(8):
+        if _has_install_metadata(folder):
+            return False
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return True
+
+
+def _has_install_metadata(folder):
+    cache = _state.setdefault("metadata", {})
+    if folder not in cache:
+        try:
+            cache[folder] = any(n.endswith((".dist-info", ".egg-info")) for n in os.listdir(folder))
+        except OSError:
+            cache[folder] = False
+    return cache[folder]
+
+
+def _installed_roots():
+    if "installed" not in _state:
+        import sysconfig  # pylint: disable=import-outside-toplevel
+        libs = set()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            try:
+                libs.add(os.path.abspath(sysconfig.get_path(key)))
+            except (KeyError, TypeError):
+                pass
+        for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+            libs.add(os.path.abspath(os.path.join(prefix, "lib")))
+            libs.add(os.path.abspath(os.path.join(prefix, "lib64")))
+        _state["installed"] = sorted(libs)
+    return _state["installed"]
 
 
 _CONTRIB = ("%s: tensorflow.contrib was removed in TensorFlow 2 and the TF1 mode of "
@@ -81,6 +131,25 @@ class _MnistLoader:
             module.__path__ = []
 
 
+def _import_contrib(v1, name, fromlist):
+    """``import``/``from ... import`` of a ``tensorflow.contrib`` module path in user code."""
+    from .tf1_contrib import resolve_module  # pylint: disable=import-outside-toplevel
+    module = resolve_module(name, v1.contrib)
+    if not fromlist:
+        return v1  # `import tensorflow.contrib.x as y` then takes attributes from the top package
+    for item in fromlist:
+        if item != "*" and not hasattr(module, item):
+            try:  # a submodule: importing it makes it an attribute of its package
+                resolve_module(name + "." + item, v1.contrib)
+            except ModuleNotFoundError as err:
+                if hasattr(module, item):
+                    continue
+                raise ImportError("cannot import name %r from %s: %s.%s is not mapped to "
+                                  "TensorFlow 2 by the TF1 mode of npu_loss_scale.emulate"
+                                  % (item, name, name, item), name=name) from err
+    return module
+
+
 def enable(user_roots):
     """Turns TF1 mode on for files under ``user_roots`` (idempotent)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -97,14 +166,19 @@ def enable(user_roots):
     _state["roots"] = roots
 
     def tf1_import(name, globals=None, locals=None, fromlist=(), level=0):  # pylint: disable=redefined-builtin
+        user = level == 0 and globals is not None \
+            and _is_user_file(globals.get("__file__"), _state["roots"])
+        if user and (name == "tensorflow_core" or name.startswith("tensorflow_core.")):
+            name = "tensorflow" + name[len("tensorflow_core"):]  # TF 1.15's real package name
+        if user and (name == "tensorflow.contrib" or name.startswith("tensorflow.contrib.")):
+            return _import_contrib(v1, name, fromlist)
         try:
             module = original(name, globals, locals, fromlist, level)
         except ModuleNotFoundError as err:
             if level == 0 and name.startswith("tensorflow.contrib"):
                 raise ModuleNotFoundError(_CONTRIB % name, name=name) from err
             raise
-        if level == 0 and name == "tensorflow" and globals is not None \
-                and _is_user_file(globals.get("__file__"), _state["roots"]):
+        if user and name == "tensorflow":
             return v1
         return module
 

@@ -6,7 +6,31 @@ Measured on the loss-scale model directories of ModelZoo-TensorFlow (directories
 12, ``layers.l2_regularizer`` 8 (``tpu.*`` 15-20 too: TPU estimators, not mapped). Each mapped
 name is TF 2.x's equivalent with TF 1.15's arguments; ``slim`` is the maintained ``tf_slim``
 package when it is installed. Any other name raises an AttributeError that names it.
+
+Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 1.15's contrib):
+
+* ``layers.*`` names not listed above (``batch_norm``, ``fully_connected``, ``conv2d``,
+  ``flatten``, ``xavier_initializer_conv2d``, ``optimize_loss``...): ``tf_slim.layers``, whose
+  functions are contrib.layers' under their old names;
+* ``framework``: ``nest`` (``tf.nest``), ``get_or_create_global_step``, ``list_variables``,
+  ``load_checkpoint``, ``get_name_scope``, then ``tf_slim``'s variable and arg-scope helpers
+  (``arg_scope``, ``add_arg_scope``, ``get_variables_to_restore``, ``assign_from_checkpoint_fn``);
+* ``rnn``: ``tf.compat.v1.nn.rnn_cell``'s cells (``LSTMCell``, ``GRUCell``, ``MultiRNNCell``,
+  ``DropoutWrapper``, ``LSTMStateTuple``...), ``static_rnn``, ``static_bidirectional_rnn`` (TF
+  2.15; TF 2.21's Keras 3 has no v1 cells, so there these names raise the not-mapped error);
+* ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods.
+
+Module paths (``import tensorflow.contrib.slim as slim``, ``from tensorflow.contrib.layers.python.
+layers import utils``) resolve through :func:`resolve_module`: the namespaces above, and
+``tensorflow.contrib.slim[.nets|.python.slim.nets]``, ``...layers.python.layers`` to the
+matching ``tf_slim`` modules, ``...framework.python.ops`` to ``tf_slim``'s arg-scope and variable
+helpers. The pre-``npu_bridge`` location
+of the Ascend adapter, ``tensorflow.contrib.offline_train.python.npu`` (and ``...python.npu_ops``,
+``tensorflow.contrib.hccl.python.ops``), resolves to the ``npu_bridge`` modules of the same
+contents (the CPU shim under the emulator).
 """
+import importlib
+import json
 import types
 
 import tensorflow as tf
@@ -14,18 +38,25 @@ import tensorflow as tf
 
 class _Namespace(types.SimpleNamespace):
     _path = "tf.contrib"
+    _fallback = None  # a function returning the modules to look a name up in, in order
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
+        fallback = object.__getattribute__(self, "_fallback")
+        if fallback is not None and not name.startswith("_"):
+            for module in fallback():
+                if module is not None and hasattr(module, name):
+                    return getattr(module, name)
         raise AttributeError("%s.%s is not mapped to TensorFlow 2 by the TF1 mode of "
                              "npu_loss_scale.emulate" % (object.__getattribute__(self, "_path"),
                                                          name))
 
 
-def _ns(path, **names):
+def _ns(path, fallback=None, **names):
     ns = _Namespace(**names)
     object.__setattr__(ns, "_path", path)
+    object.__setattr__(ns, "_fallback", fallback)
     return ns
 
 
@@ -114,6 +145,184 @@ def _slim():
         return None
 
 
+def _slim_layers():
+    return [None if _slim() is None else importlib.import_module("tf_slim.layers")]
+
+
+def _slim_top():
+    return [_slim()]
+
+
+def _slim_ops():
+    """tf_slim's top level, then its ``ops`` modules (``variables``, ``arg_scope``)."""
+    slim = _slim()
+    if slim is None:
+        return []
+    ops = importlib.import_module("tf_slim.ops")
+    for sub in ("variables", "arg_scope"):
+        importlib.import_module("tf_slim.ops." + sub)
+    return [slim, ops]
+
+
+# -- training.HParams --------------------------------------------------------------------------
+class HParams:
+    """Named hyper-parameters, as ``tf.contrib.training.HParams`` held them.
+
+    ``HParams(lr=0.1, layers=[2, 3])``; attribute access; ``add_hparam``, ``set_hparam``,
+    ``del_hparam``, ``get``, ``values()``, ``override_from_dict``, ``parse("lr=0.2,layers=[4]")``
+    (each value converted to the type the parameter has), ``to_json``/``parse_json``.
+    """
+
+    def __init__(self, hparam_def=None, model_structure=None, **kwargs):
+        if hparam_def is not None:
+            raise ValueError("HParams(hparam_def=...) (a protocol buffer) is not emulated; pass "
+                             "the parameters as keyword arguments")
+        self._names = []
+        self._model_structure = model_structure
+        for name, value in kwargs.items():
+            self.add_hparam(name, value)
+
+    def add_hparam(self, name, value):
+        if name in self._names or name.startswith("_") or hasattr(HParams, name):
+            raise ValueError("hyper-parameter name %r is taken or reserved" % (name,))
+        self._names.append(name)
+        setattr(self, name, value)
+
+    def set_hparam(self, name, value):
+        if name not in self._names:
+            raise ValueError("no hyper-parameter %r; defined: %s" % (name, sorted(self._names)))
+        setattr(self, name, value)
+
+    def del_hparam(self, name):
+        if name in self._names:
+            self._names.remove(name)
+            delattr(self, name)
+
+    def get(self, key, default=None):
+        return getattr(self, key) if key in self._names else default
+
+    def values(self):
+        return {name: getattr(self, name) for name in self._names}
+
+    def override_from_dict(self, values_dict):
+        for name, value in values_dict.items():
+            self.set_hparam(name, value)
+        return self
+
+    @staticmethod
+    def _convert(name, text, current):
+        text = text.strip()
+        if isinstance(current, bool):
+            if text.lower() in ("true", "1"):
+                return True
+            if text.lower() in ("false", "0"):
+                return False
+            raise ValueError("hyper-parameter %s is a bool; got %r" % (name, text))
+        if isinstance(current, (list, tuple)):
+            items = [t for t in text.strip("[]").split(":" if ":" in text else ",") if t.strip()]
+            kind = type(current[0]) if current else str
+            return [HParams._convert(name, t, kind()) for t in items]
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+        return text
+
+    def parse(self, values):
+        """Overrides from ``"name=value,name=[a,b],..."``; returns self."""
+        if not values:
+            return self
+        pairs, depth, start = [], 0, 0
+        for i, char in enumerate(values + ","):
+            depth += {"[": 1, "]": -1}.get(char, 0)
+            if char == "," and depth == 0:
+                if values[start:i].strip():
+                    pairs.append(values[start:i])
+                start = i + 1
+        for pair in pairs:
+            if "=" not in pair:
+                raise ValueError("HParams.parse: %r is not name=value" % (pair,))
+            name, text = pair.split("=", 1)
+            name = name.strip()
+            if name not in self._names:
+                raise ValueError("HParams.parse: no hyper-parameter %r; defined: %s"
+                                 % (name, sorted(self._names)))
+            self.set_hparam(name, self._convert(name, text, getattr(self, name)))
+        return self
+
+    def to_json(self, indent=None, separators=None, sort_keys=False):
+        return json.dumps(self.values(), indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def parse_json(self, values_json):
+        return self.override_from_dict(json.loads(values_json))
+
+    def __contains__(self, key):
+        return key in self._names
+
+    def __repr__(self):
+        return "HParams(%s)" % ", ".join("%s=%r" % kv for kv in sorted(self.values().items()))
+
+
+def _rnn_cell():
+    try:  # TF 2.21 (Keras 3) has no v1 RNN cells: looking them up fails with an ImportError
+        return [tf.compat.v1.nn.rnn_cell]
+    except (ImportError, AttributeError):
+        return []
+
+
+def _v1_nn(name):
+    try:
+        return getattr(tf.compat.v1.nn, name)
+    except (ImportError, AttributeError):
+        return None
+
+
+# -- module paths ----------------------------------------------------------------------------------
+_MODULE_PREFIXES = (  # (TF 1.15 module path prefix, module it resolves to), longest first
+    ("tensorflow.contrib.slim.python.slim.nets", "tf_slim.nets"),
+    ("tensorflow.contrib.slim.nets", "tf_slim.nets"),
+    ("tensorflow.contrib.slim", "tf_slim"),
+    ("tensorflow.contrib.layers.python.layers", "tf_slim.layers"),
+    ("tensorflow.contrib.offline_train.python.npu_ops", "npu_bridge.estimator.npu_ops"),
+    ("tensorflow.contrib.offline_train.python.npu", "npu_bridge.estimator.npu"),
+    ("tensorflow.contrib.hccl.python.ops", "npu_bridge.hccl"),
+)
+_NOT_MAPPED = ("%s: tensorflow.contrib was removed in TensorFlow 2 and the TF1 mode of "
+               "npu_loss_scale.emulate does not map this module")
+
+
+def resolve_module(fullname, namespace):
+    """The object standing for TF 1.15 module ``fullname`` (``tensorflow.contrib...``).
+
+    ``namespace`` is the ``tf.contrib`` object handed to user code. Raises ModuleNotFoundError
+    naming the module when it is not mapped (or its ``tf_slim`` target is not installed).
+    """
+    parts = fullname.split(".")
+    if parts[:2] == ["tensorflow", "contrib"]:
+        obj = namespace
+        for i, part in enumerate(parts[2:], 2):
+            if not isinstance(obj, _Namespace) or part not in vars(obj):
+                break
+            obj = getattr(obj, part)
+        else:
+            return obj
+    for prefix, target in _MODULE_PREFIXES:
+        if fullname == prefix or fullname.startswith(prefix + "."):
+            name = target + fullname[len(prefix):]
+            try:
+                return importlib.import_module(name)
+            except ModuleNotFoundError as err:
+                if target.startswith("tf_slim") and err.name == "tf_slim":
+                    raise ModuleNotFoundError(
+                        "%s maps to %s, from the tf_slim package, which is not installed "
+                        "(pip install tf-slim)" % (fullname, name), name=fullname) from err
+                if err.name == name:
+                    raise ModuleNotFoundError(_NOT_MAPPED % fullname, name=fullname) from err
+                raise
+    raise ModuleNotFoundError(_NOT_MAPPED % fullname, name=fullname)
+
+
 class _Contrib(_Namespace):
     def __getattr__(self, name):
         if name == "slim":
@@ -127,11 +336,25 @@ class _Contrib(_Namespace):
 
 def contrib():
     """The ``tf.contrib`` namespace handed to user code in TF1 mode."""
+    v1 = tf.compat.v1
+    layers = _ns("tf.contrib.layers", _slim_layers, xavier_initializer=xavier_initializer,
+                 variance_scaling_initializer=variance_scaling_initializer,
+                 l2_regularizer=l2_regularizer, layer_norm=layer_norm)
     out = _Contrib(
         data=_ns("tf.contrib.data", map_and_batch=map_and_batch,
                  parallel_interleave=parallel_interleave, AUTOTUNE=tf.data.experimental.AUTOTUNE),
-        layers=_ns("tf.contrib.layers", xavier_initializer=xavier_initializer,
-                   variance_scaling_initializer=variance_scaling_initializer,
-                   l2_regularizer=l2_regularizer, layer_norm=layer_norm))
+        layers=layers,
+        framework=_ns("tf.contrib.framework", _slim_top, nest=tf.nest,
+                      get_or_create_global_step=v1.train.get_or_create_global_step,
+                      list_variables=tf.train.list_variables,
+                      load_checkpoint=tf.train.load_checkpoint,
+                      get_name_scope=lambda: v1.get_default_graph().get_name_scope()),
+        rnn=_ns("tf.contrib.rnn", _rnn_cell, **{
+            name: _v1_nn(name) for name in ("static_rnn", "static_bidirectional_rnn")
+            if _v1_nn(name) is not None}),
+        training=_ns("tf.contrib.training", HParams=HParams))
+    framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
+    object.__setattr__(out.framework, "python", _ns("tensorflow.contrib.framework.python",
+                                                    ops=framework_ops))
     object.__setattr__(out, "_path", "tf.contrib")
     return out

@@ -1,0 +1,428 @@
+"""Run a seeded sample of real Ascend loss-scale training scripts on CPU and say which train.
+
+Usage::
+
+    python scripts/try_ascend_scripts.py CORPUS_DIR [--sample N] [--seed S] [--list FILE]
+                                         [--timeout SEC] [--jobs J] [--python PY] [--keep DIR]
+
+``CORPUS_DIR`` is a folder of Ascend TensorFlow scripts, for example a checkout of Ascend's public
+ModelZoo-TensorFlow (nothing of it belongs in this repository). The script
+
+1. finds the loss-scale model directories exactly as ``scripts/survey_ascend_scripts.py`` does
+   (it imports that script);
+2. picks one *training entry script* per model directory: a ``.py`` file of the directory with a
+   ``__main__`` guard or a top-level ``tf.app.run()``/``app.run()``, preferring the loss-scale
+   file itself, then a file importing a loss-scale file's module, then names starting with
+   ``train``/``main``/``run``; files named as tests, export, evaluation, inference or data
+   preparation tools are never chosen; directories with no such file are left out (counted);
+3. draws a seeded random sample of ``N`` model directories among those with an entry script
+   (``--list FILE`` instead runs the entry scripts listed in FILE, one path relative to
+   CORPUS_DIR per line, optionally followed by extra arguments);
+4. runs each, unmodified, as ``python -m npu_loss_scale.emulate --report R [--tf1] script ...``
+   from the script's folder with a timeout. ``--tf1`` is passed unless the model directory uses
+   the TF2 adapter ``npu_device``. The arguments are generic, never per script: for each flag the
+   script defines (``flags.DEFINE_*("name", ...)``, ``add_argument("--name", ...)``) whose name
+   says what it is, a small value: data folders and files get a folder of tiny synthetic data
+   (MNIST in its IDX files, CIFAR-10 in its binary batches, both a few records), output folders
+   an empty folder, step counts 2, epochs 1, batch sizes 2; the environment of a one-rank Ascend
+   launch (``RANK_SIZE=1``, ``RANK_ID=0``, ``DEVICE_ID=0``, ``ASCEND_DEVICE_ID=0``, ``JOB_ID``);
+5. decides *trained through NPULossScaleOptimizer* from evidence only: the emulate report
+   (``--report``) says an ``NPULossScaleOptimizer`` train op ran at least one step (applied or
+   skipped for an overflow). It prints, per script, the outcome, the first barrier (the exception
+   type and message ending the run, or "timeout", with a coarse kind: npu name not emulated, TF1
+   API not mapped, third-party module missing, data or arguments, timeout, other) and a summary:
+   the count of scripts that trained and the others' first barriers by kind.
+
+Outcomes: ``trained`` (>= 1 step through NPULossScaleOptimizer, clean exit), ``trained, then
+failed`` / ``trained, then timeout`` (>= 1 step, the run ended otherwise: evaluation on missing
+data, a later phase...), ``failed`` / ``timeout`` (no step), ``no-loss-scale-step`` (clean exit,
+no step through NPULossScaleOptimizer). The figure "trains through NPULossScaleOptimizer" counts
+the first three.
+"""
+import argparse
+import ast
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import survey_ascend_scripts as survey  # noqa: E402  pylint: disable=wrong-import-position
+
+ENTRY_PREFIXES = ("train", "main", "run")
+NOT_TRAINING_RE = re.compile(r"test|export|eval|infer|predict|convert|freeze|frozen|pb_|_pb|demo|"
+                             r"ckpt2|offline|preprocess|download|build_|setup", re.I)
+FLAG_DEF_RE = re.compile(
+    r"""(?:DEFINE_(?P<kind>string|integer|float|bool|boolean|enum|list|multi_string)\s*\(\s*
+         (?:name\s*=\s*)?['"](?P<flag>\w+)['"])
+      | (?:add_argument\s*\(\s*['"](?:-\w\s*['"]\s*,\s*['"])?--(?P<arg>[\w-]+)['"]
+         (?P<rest>[^)]*))""", re.X)
+
+# name patterns -> kind of value; the first match wins (order matters: "data_dir" before "dir")
+_FLAG_KINDS = (
+    ("output", re.compile(r"^(model_dir|output_dir|out_dir|train_dir|ckpt_dir|checkpoint_dir|"
+                          r"log_dir|logdir|save_dir|save_path|output_path|result_dir|"
+                          r"result_path|train_url|summary_dir|checkpoint_path|ckpt_path|"
+                          r"model_path|export_dir|output)$", re.I)),
+    ("data", re.compile(r"^(data_dir|data_path|dataset_dir|dataset_path|data_url|datadir|"
+                        r"dataset|data|train_data_dir|train_dir_data|data_root|root_dir|"
+                        r"input_dir|train_data_path|train_path|image_dir|tfrecord_dir|"
+                        r"record_dir)$", re.I)),
+    ("steps", re.compile(r"^(train_steps|max_steps|num_steps|steps|iterations|iteration|"
+                         r"max_iter|max_iters|num_iterations|num_train_steps|train_step|"
+                         r"max_train_steps|total_steps|steps_per_epoch|iterations_per_loop|"
+                         r"iter_num|max_step|num_iter|train_iters)$", re.I)),
+    ("epochs", re.compile(r"^(epochs|num_epochs|epoch|train_epochs|max_epochs|max_epoch|"
+                          r"num_train_epochs|n_epochs|epoch_num|nb_epoch)$", re.I)),
+    ("batch", re.compile(r"^(batch_size|train_batch_size|batchsize|batch|bs|"
+                         r"global_batch_size)$", re.I)),
+)
+_VALUES = {"steps": "2", "epochs": "1", "batch": "2"}
+
+
+# -- choosing entry scripts ------------------------------------------------------------------------
+def _read(path):
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def _has_entry(tree):
+    """Does a parsed module start a run: ``if __name__ == "__main__"`` or top-level ``app.run``?"""
+    for node in tree.body:
+        if isinstance(node, ast.If):
+            test = ast.dump(node.test)
+            if "__name__" in test and "__main__" in test:
+                return True
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            chain = survey._dotted(node.value.func)  # pylint: disable=protected-access
+            if chain and chain[-2:] == ["app", "run"]:
+                return True
+    return False
+
+
+def _imported_modules(tree):
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name.rsplit(".", 1)[-1] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.module:
+                out.add(node.module.rsplit(".", 1)[-1])
+            out.update(a.name for a in node.names)
+    return out
+
+
+def entry_script(model_dir, loss_scale_files):
+    """The training entry script of a model directory (see the module docstring), or None."""
+    candidates = []
+    ls_modules = {os.path.splitext(os.path.basename(p))[0] for p in loss_scale_files}
+    for path in survey._py_files(model_dir):  # pylint: disable=protected-access
+        try:
+            tree = ast.parse(_read(path))
+        except (SyntaxError, ValueError):
+            continue
+        if not _has_entry(tree):
+            continue
+        base = os.path.basename(path).lower()
+        if NOT_TRAINING_RE.search(base):
+            continue  # tests, export/inference/evaluation tools, data preparation
+        if path in loss_scale_files:
+            rank = 0
+        elif _imported_modules(tree) & ls_modules:
+            rank = 1
+        elif base.startswith(ENTRY_PREFIXES):
+            rank = 2
+        else:
+            continue
+        # among equals: training names first, then the shallowest path, then the name
+        named = 0 if base.startswith(ENTRY_PREFIXES) else 1
+        candidates.append((rank, named, path.count(os.sep), path))
+    return min(candidates)[3] if candidates else None
+
+
+def loss_scale_entries(corpus):
+    """{model dir (absolute): entry script or None}, for every loss-scale model directory."""
+    files = [p for p in survey._py_files(corpus)  # pylint: disable=protected-access
+             if survey._is_loss_scale_file(p)]  # pylint: disable=protected-access
+    dirs = {}
+    for path in files:
+        dirs.setdefault(survey.model_dir(path, corpus), []).append(path)
+    return {d: entry_script(d, dirs[d]) for d in sorted(dirs)}
+
+
+def uses_npu_device(model_dir):
+    pattern = re.compile(r"^\s*(import|from)\s+npu_device\b", re.M)
+    return any(pattern.search(_read(p))
+               for p in survey._py_files(model_dir))  # pylint: disable=protected-access
+
+
+# -- synthetic data -----------------------------------------------------------------------------
+def _write_idx(path, magic, dims, payload):
+    with gzip.open(path, "wb") as out:
+        out.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims))
+        out.write(payload)
+
+
+def make_synthetic_data(folder, records=16, seed=0):
+    """A folder of tiny datasets in the formats of the public files scripts read: MNIST (IDX,
+    gzipped, both name spellings) and CIFAR-10 (binary batches). Values are random."""
+    rng = random.Random(seed)
+    os.makedirs(folder, exist_ok=True)
+    for prefix in ("train", "t10k"):
+        images = bytes(rng.randrange(256) for _ in range(records * 28 * 28))
+        labels = bytes(rng.randrange(10) for _ in range(records))
+        for sep in ("-", "."):
+            _write_idx(os.path.join(folder, "%s-images%sidx3-ubyte.gz" % (prefix, sep)),
+                       2051, (records, 28, 28), images)
+            _write_idx(os.path.join(folder, "%s-labels%sidx1-ubyte.gz" % (prefix, sep)),
+                       2049, (records,), labels)
+    cifar = os.path.join(folder, "cifar-10-batches-bin")
+    os.makedirs(cifar, exist_ok=True)
+    for name in ["data_batch_%d.bin" % i for i in range(1, 6)] + ["test_batch.bin"]:
+        rows = b"".join(bytes([rng.randrange(10)]) + bytes(rng.randrange(256) for _ in range(3072))
+                        for _ in range(records))
+        for where in (folder, cifar):
+            with open(os.path.join(where, name), "wb") as out:
+                out.write(rows)
+    return folder
+
+
+# -- arguments ------------------------------------------------------------------------------------
+def defined_flags(script):
+    """{flag name: 'absl' or 'argparse'} for the flags the script (and its folder's files) define."""
+    out = {}
+    folder = os.path.dirname(script)
+    texts = [_read(script)] + [_read(os.path.join(folder, n)) for n in sorted(os.listdir(folder))
+                               if n.endswith(".py") and os.path.join(folder, n) != script
+                               and re.search(r"flag|config|param|arg|option", n, re.I)]
+    for text in texts:
+        for match in FLAG_DEF_RE.finditer(text):
+            if match.group("flag"):
+                out.setdefault(match.group("flag"), "absl")
+            elif match.group("arg") and "store_true" not in (match.group("rest") or "") \
+                    and "store_false" not in (match.group("rest") or ""):
+                out.setdefault(match.group("arg"), "argparse")
+    return out
+
+
+def generic_arguments(script, data_dir, out_dir):
+    """The generic arguments for one script (see the module docstring)."""
+    args = []
+    for name in sorted(defined_flags(script)):
+        key = name.replace("-", "_")
+        for kind, pattern in _FLAG_KINDS:
+            if pattern.match(key):
+                value = {"data": data_dir, "output": out_dir}.get(kind, _VALUES.get(kind))
+                args.append("--%s=%s" % (name, value))
+                break
+    return args
+
+
+# -- running ------------------------------------------------------------------------------------
+_ERROR_LINE_RE = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|NotFound\w*|Interrupt)\b.*"
+                            r"|[\w.]+Error)$")
+
+
+def first_barrier(stderr, returncode):
+    """The exception ending a run (its last traceback's final line), or a short exit note."""
+    lines = [l.rstrip() for l in stderr.splitlines()]
+    last_tb = max((i for i, l in enumerate(lines) if l.startswith("Traceback (most recent call")),
+                  default=None)
+    if last_tb is not None:
+        for line in lines[last_tb + 1:]:
+            if _ERROR_LINE_RE.match(line.strip()) and not line.startswith(" "):
+                return line.strip()[:300]
+    errors = [l.strip() for l in lines if _ERROR_LINE_RE.match(l.strip())]
+    if errors:
+        return errors[-1][:300]
+    tail = [l for l in lines if l.strip()]
+    return ("exit code %d%s" % (returncode, (": " + tail[-1][:200]) if tail else ""))
+
+
+_CATEGORIES = (  # (category, pattern on the first barrier), first match wins
+    ("npu name not emulated", re.compile(r"not emulated on CPU by npu_loss_scale")),
+    ("TF1 API not mapped", re.compile(r"tensorflow\.contrib|tf\.contrib|not mapped to TensorFlow 2|"
+                                      r"module 'tensorflow[\w.]*' has no attribute|tf_keras|"
+                                      r"not available with Keras 3")),
+    ("third-party module missing", re.compile(r"^ModuleNotFoundError: No module named")),
+    ("data or arguments", re.compile(r"FileNotFoundError|NotFoundError|DataLossError|"
+                                     r"must have a value other than None|KeyError|No such file|"
+                                     r"Unable to load|IllegalFlagValue|UnrecognizedFlag|"
+                                     r"error: the following arguments are required|"
+                                     r"OutOfRangeError|IndexError|exit code 2")),
+    ("timeout", re.compile(r"^timeout")),
+)
+
+
+def barrier_category(result):
+    """A coarse kind of first barrier, for the summary (``-`` when the run trained)."""
+    if trained(result):
+        return "-"
+    for name, pattern in _CATEGORIES:
+        if pattern.search(result["barrier"]):
+            return name
+    return "other"
+
+
+def run_one(corpus, script, extra_args, python, timeout, work):
+    model = survey.model_dir(script, corpus)
+    tf1 = not uses_npu_device(model)
+    data = make_synthetic_data(os.path.join(work, "data"))
+    out = os.path.join(work, "out")
+    os.makedirs(out, exist_ok=True)
+    report = os.path.join(work, "report.json")
+    args = generic_arguments(script, data, out) + list(extra_args)
+    cmd = [python, "-m", "npu_loss_scale.emulate", "--report", report] + (["--tf1"] if tf1 else [])
+    cmd += [script] + args
+    env = dict(os.environ)
+    env.update({"RANK_SIZE": "1", "RANK_ID": "0", "DEVICE_ID": "0", "ASCEND_DEVICE_ID": "0",
+                "JOB_ID": "10086", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])})
+    start = time.time()
+    timed_out = False
+    try:
+        proc = subprocess.run(cmd, cwd=os.path.dirname(script), env=env, capture_output=True,
+                              text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        stderr, returncode = proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as err:
+        timed_out = True
+        stderr = err.stderr.decode("utf-8", "replace") if isinstance(err.stderr, bytes) \
+            else (err.stderr or "")
+        returncode = None
+    steps = {}
+    if os.path.exists(report):
+        try:
+            with open(report, encoding="utf-8") as handle:
+                steps = json.load(handle)
+        except ValueError:
+            steps = {}
+    ran = steps.get("steps_applied", 0) + steps.get("steps_skipped", 0)
+    if timed_out:
+        outcome = "trained, then timeout" if ran else "timeout"
+        barrier = "timeout after %ds" % timeout
+    elif returncode == 0:
+        outcome = "trained" if ran else "no-loss-scale-step"
+        barrier = "-"
+    else:
+        outcome = "trained, then failed" if ran else "failed"
+        barrier = first_barrier(stderr, returncode)
+    return {"script": os.path.relpath(script, corpus), "tf1": tf1, "args": args,
+            "outcome": outcome, "barrier": barrier, "report": steps,
+            "seconds": round(time.time() - start, 1), "stderr_tail": stderr[-4000:]}
+
+
+def trained(result):
+    return result["outcome"].startswith("trained")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("corpus", metavar="CORPUS_DIR", help="folder of Ascend scripts")
+    parser.add_argument("--sample", type=int, default=20, help="model directories to sample")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    parser.add_argument("--list", metavar="FILE",
+                        help="run these entry scripts instead (paths relative to CORPUS_DIR, "
+                             "optionally followed by extra arguments)")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per script")
+    parser.add_argument("--jobs", type=int, default=1, help="scripts run at once")
+    parser.add_argument("--python", default=sys.executable, help="Python running the scripts")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="keep each run's data, output and stderr under DIR")
+    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    parser.add_argument("--dry-run", action="store_true", help="only print the sample")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.corpus):
+        parser.error("CORPUS_DIR must be an existing folder; got %r" % args.corpus)
+    if args.sample < 1:
+        parser.error("--sample must be >= 1; got %d" % args.sample)
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1; got %d" % args.jobs)
+    corpus = os.path.abspath(args.corpus)
+    if args.list:
+        jobs = []
+        for line in _read(args.list).splitlines():
+            parts = line.split()
+            if parts and not parts[0].startswith("#"):
+                jobs.append((os.path.join(corpus, parts[0]), parts[1:]))
+        print("%d scripts from %s" % (len(jobs), args.list))
+    else:
+        entries = loss_scale_entries(corpus)
+        with_entry = sorted(d for d, e in entries.items() if e)
+        print("loss-scale model directories: %d; with a training entry script: %d"
+              % (len(entries), len(with_entry)))
+        chosen = random.Random(args.seed).sample(with_entry, min(args.sample, len(with_entry)))
+        jobs = [(entries[d], []) for d in sorted(chosen)]
+        print("sample: %d model directories, seed %d" % (len(jobs), args.seed))
+    for script, extra in jobs:
+        if not os.path.isfile(script):
+            parser.error("no such script: %s" % script)
+    if args.dry_run:
+        for script, extra in jobs:
+            print("  " + " ".join([os.path.relpath(script, corpus)] + extra))
+        return 0
+    work_root = args.keep or tempfile.mkdtemp(prefix="try_ascend_")
+    results = [None] * len(jobs)
+
+    def work_dir(i):
+        path = os.path.join(work_root, "%02d" % i)
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+        return path
+
+    if args.jobs == 1:
+        for i, (script, extra) in enumerate(jobs):
+            results[i] = run_one(corpus, script, extra, args.python, args.timeout, work_dir(i))
+            _print_result(i, results[i])
+    else:
+        from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
+        with ThreadPoolExecutor(args.jobs) as pool:
+            futures = [pool.submit(run_one, corpus, s, e, args.python, args.timeout, work_dir(i))
+                       for i, (s, e) in enumerate(jobs)]
+            for i, future in enumerate(futures):
+                results[i] = future.result()
+                _print_result(i, results[i])
+    if args.keep:
+        for i, result in enumerate(results):
+            with open(os.path.join(work_root, "%02d" % i, "stderr.txt"), "w",
+                      encoding="utf-8") as out:
+                out.write(result["stderr_tail"])
+    else:
+        shutil.rmtree(work_root, ignore_errors=True)
+    n_trained = sum(trained(r) for r in results)
+    clean = sum(r["outcome"] == "trained" for r in results)
+    print()
+    kinds = {}
+    for result in results:
+        if not trained(result):
+            kinds[barrier_category(result)] = kinds.get(barrier_category(result), 0) + 1
+    print("first barriers of the others: " + (", ".join(
+        "%s %d" % kv for kv in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"))
+    print("trained through NPULossScaleOptimizer (>= 1 step): %d of %d (%d with a clean exit)"
+          % (n_trained, len(results), clean))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1)
+    return 0
+
+
+def _print_result(i, result):
+    steps = result["report"]
+    print("%2d. %s%s\n    outcome: %s (applied %d, skipped %d; %.0fs)\n    first barrier: %s%s\n"
+          "    args: %s" % (
+              i + 1, result["script"], " [--tf1]" if result["tf1"] else "", result["outcome"],
+              steps.get("steps_applied", 0), steps.get("steps_skipped", 0), result["seconds"],
+              result["barrier"], "" if trained(result) else " [%s]" % barrier_category(result),
+              " ".join(result["args"]) or "-"), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

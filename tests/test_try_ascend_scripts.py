@@ -1,0 +1,197 @@
+"""scripts/try_ascend_scripts.py and the step report of `python -m npu_loss_scale.emulate
+--report`, on Ascend-shaped scripts written here; TF1 mode's tensorflow.contrib module paths."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import tensorflow as tf
+
+from npu_loss_scale import detection, emulation
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TRY = os.path.join(REPO, "scripts", "try_ascend_scripts.py")
+CONTRIB_SCRIPT = os.path.join(HERE, "scripts", "tf1_contrib_paths", "train.py")
+STAND_IN_TF_SLIM = os.path.join(HERE, "stand_in_tf_slim")
+
+
+def _env(extra_path=()):
+    env = dict(os.environ)
+    env.pop(detection.ENV_VAR, None)
+    env.pop(emulation.MODE_ENV_VAR, None)
+    env.pop("RANK_SIZE", None)
+    env.pop("NPU_LOSS_SCALE_EMULATE_REPORT", None)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env["PYTHONPATH"] = os.pathsep.join(list(extra_path) + [REPO])
+    return env
+
+
+def _write(root, path, text):
+    full = os.path.join(root, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w", encoding="utf-8") as handle:
+        handle.write(textwrap.dedent(text))
+    return full
+
+
+def test_tf1_contrib_module_paths_resolve_and_the_report_counts_applied_and_skipped_steps(
+        tmp_path):
+    """The third feed makes w * x overflow float32 once scaled by 2**20: that step is skipped
+    (w kept), the two others apply (w -= 0.5 * x); the report counts exactly that."""
+    report = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "npu_loss_scale.emulate", "--report", str(report), "--tf1",
+         CONTRIB_SCRIPT, "--hparams=feeds=[1.0,2.0,1e34]"],
+        env=_env([STAND_IN_TF_SLIM]), cwd=str(tmp_path), capture_output=True, text=True,
+        timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(l) for l in result.stdout.splitlines() if l.startswith("{")]
+    try:
+        v1_cells = hasattr(tf.compat.v1.nn.rnn_cell, "LSTMStateTuple")
+    except ImportError:  # TF 2.21: Keras 3 has none
+        v1_cells = False
+    state_tuple = True if v1_cells else \
+        "tf.contrib.rnn.LSTMStateTuple is not mapped to TensorFlow 2 by the TF1 mode of " \
+        "npu_loss_scale.emulate"
+    assert lines[0] == {"slim": "tf_slim", "nets": "tf_slim.nets.resnet_v1",
+                        "utils": "tf_slim.layers.utils", "add_arg_scope": "tf_slim.ops.arg_scope",
+                        "tensorflow_core_is_tf": True, "state_tuple": state_tuple,
+                        "hparams": {"learning_rate": 0.5, "feeds": [1.0, 2.0, 1e34]}}
+    assert [l["w"] for l in lines[1:]] == [0.5, -0.5, -0.5]
+    assert json.loads(report.read_text()) == {"optimizers_built": 1, "train_ops_built": 1,
+                                              "steps_applied": 2, "steps_skipped": 1}
+
+
+def _load_try():
+    spec = importlib.util.spec_from_file_location("try_ascend_scripts", TRY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_entry_scripts_and_generic_arguments_are_chosen_from_the_scripts_own_definitions(
+        tmp_path):
+    root = str(tmp_path / "zoo")
+    model = os.path.join(root, "TensorFlow", "cv", "Net_ID0001_for_TensorFlow")
+    _write(root, "TensorFlow/cv/Net_ID0001_for_TensorFlow/modelzoo_level.txt", "x\n")
+    _write(root, "TensorFlow/cv/Net_ID0001_for_TensorFlow/optim.py", """
+        from npu_bridge.npu_init import *
+        def make(opt):
+            return NPULossScaleOptimizer(opt, FixedLossScaleManager(1024))
+        """)
+    _write(root, "TensorFlow/cv/Net_ID0001_for_TensorFlow/export_model.py", """
+        import optim
+        if __name__ == "__main__":
+            pass
+        """)
+    train = _write(root, "TensorFlow/cv/Net_ID0001_for_TensorFlow/train_net.py", """
+        import tensorflow as tf
+        import optim
+        tf.app.flags.DEFINE_string("data_dir", None, "")
+        tf.app.flags.DEFINE_integer(name="max_steps", default=100, help="")
+        tf.app.flags.DEFINE_string("task_name", None, "")
+        if __name__ == "__main__":
+            tf.app.run()
+        """)
+    _write(root, "TensorFlow/cv/Net_ID0001_for_TensorFlow/configs/args.py", "")
+    _write(root, "TensorFlow/cv/Net_ID0001_for_TensorFlow/flags_def.py", """
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("--batch-size", type=int)
+        p.add_argument("--epochs", type=int)
+        p.add_argument("--use_fp16", action="store_true")
+        """)
+    tool = _write(root, "TensorFlow/cv/Tool_ID0002_for_TensorFlow/run_tool.py", """
+        from npu_bridge.npu_init import *
+        m = ExponentialUpdateLossScaleManager(2 ** 32, 1000)
+        if __name__ == "__main__":
+            pass
+        """)
+    _write(root, "TensorFlow/cv/Tool_ID0002_for_TensorFlow/README.md", "x\n")
+    _write(root, "TensorFlow/cv/NoEntry_ID0003_for_TensorFlow/model.py", """
+        from npu_bridge.npu_init import *
+        m = FixedLossScaleManager(1)
+        """)
+    mod = _load_try()
+    entries = mod.loss_scale_entries(root)
+    assert entries == {model: train,
+                       os.path.dirname(tool): tool,
+                       os.path.join(root, "TensorFlow/cv/NoEntry_ID0003_for_TensorFlow"): None}
+    assert mod.generic_arguments(train, "/d", "/o") == [
+        "--batch-size=2", "--data_dir=/d", "--epochs=1", "--max_steps=2"]
+    assert mod.first_barrier("x\nTraceback (most recent call last):\n  File \"a\", line 1\n"
+                             "    import foo\nModuleNotFoundError: No module named 'foo'\n", 1) \
+        == "ModuleNotFoundError: No module named 'foo'"
+    data = mod.make_synthetic_data(str(tmp_path / "data"), records=3)
+    import gzip  # pylint: disable=import-outside-toplevel
+    with gzip.open(os.path.join(data, "train-images-idx3-ubyte.gz")) as handle:
+        header = handle.read(16)
+    assert header == b"\x00\x00\x08\x03\x00\x00\x00\x03\x00\x00\x00\x1c\x00\x00\x00\x1c"
+    assert os.path.getsize(os.path.join(data, "cifar-10-batches-bin", "test_batch.bin")) \
+        == 3 * 3073
+
+
+def test_try_script_runs_a_sample_and_counts_only_evidence_of_loss_scaled_steps(tmp_path):
+    """Three model directories: one trains through NPULossScaleOptimizer, one builds it but
+    fails on an import before any step, one trains with a plain optimizer (not counted)."""
+    root = str(tmp_path / "zoo")
+    _write(root, "A_ID0001_for_TensorFlow/train.py", """
+        import tensorflow as tf
+        from npu_bridge.npu_init import *
+        tf.app.flags.DEFINE_integer("train_steps", 100, "")
+        FLAGS = tf.app.flags.FLAGS
+        def main(_):
+            w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+            opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.1),
+                                        FixedLossScaleManager(8))
+            op = opt.minimize(w * w)
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                for _ in range(FLAGS.train_steps):
+                    sess.run(op)
+        if __name__ == "__main__":
+            tf.app.run()
+        """)
+    _write(root, "B_ID0002_for_TensorFlow/train.py", """
+        import tensorflow as tf
+        from npu_bridge.npu_init import *
+        opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.1),
+                                    FixedLossScaleManager(8))
+        import a_module_nobody_has
+        if __name__ == "__main__":
+            pass
+        """)
+    _write(root, "C_ID0003_for_TensorFlow/train.py", """
+        import tensorflow as tf
+        from npu_bridge.npu_init import *
+        m = FixedLossScaleManager(8)  # built, never used
+        w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+        op = tf.train.GradientDescentOptimizer(0.1).minimize(w * w)
+        if __name__ == "__main__":
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                sess.run(op)
+        """)
+    results_file = str(tmp_path / "results.json")
+    out = subprocess.run([sys.executable, TRY, root, "--sample", "3", "--seed", "1",
+                          "--timeout", "240", "--python", sys.executable, "--json", results_file],
+                         env=_env(), capture_output=True, text=True, timeout=900, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "loss-scale model directories: 3; with a training entry script: 3" in out.stdout
+    with open(results_file, encoding="utf-8") as handle:
+        results = {r["script"]: r for r in json.load(handle)}
+    a, b, c = (results[d + "/train.py"] for d in ("A_ID0001_for_TensorFlow",
+                                                   "B_ID0002_for_TensorFlow",
+                                                   "C_ID0003_for_TensorFlow"))
+    assert (a["outcome"], a["barrier"], a["args"]) == ("trained", "-", ["--train_steps=2"])
+    assert a["report"] == {"optimizers_built": 1, "train_ops_built": 1, "steps_applied": 2,
+                           "steps_skipped": 0}
+    assert (b["outcome"], b["barrier"]) == (
+        "failed", "ModuleNotFoundError: No module named 'a_module_nobody_has'")
+    assert (c["outcome"], c["report"]) == ("no-loss-scale-step", {})
+    assert "first barriers of the others: other 1, third-party module missing 1\n" \
+        "trained through NPULossScaleOptimizer (>= 1 step): 1 of 3 (1 with a clean exit)" \
+        in out.stdout
