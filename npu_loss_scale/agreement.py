@@ -311,14 +311,22 @@ class _Watchdog:
     def __init__(self):
         self._lock = threading.Lock()
         self._pending = {}        # token -> (deadline, timeout, start)
+        self._by_key = {}         # key of an all-reduce -> its latest token
         self._tokens = itertools.count(1)
         self._thread = None
         self.fired = None         # (timeout, seconds waited) once it shut Horovod down
 
-    def arm(self, timeout):
+    def arm(self, timeout, key=None):
+        """Starts a deadline; returns its token. Arming ``key`` again drops the deadline it
+        armed before (a run of that all-reduce that failed elsewhere never disarmed it)."""
         now = time.monotonic()
         with self._lock:
             token = next(self._tokens)
+            if key is not None:
+                stale = self._by_key.pop(key, None)
+                if stale is not None:
+                    self._pending.pop(stale, None)
+                self._by_key[key] = token
             self._pending[token] = (now + timeout, timeout, now)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="nls-agreement-watchdog",
@@ -329,6 +337,9 @@ class _Watchdog:
     def disarm(self, token):
         with self._lock:
             self._pending.pop(int(token), None)
+            for key, value in list(self._by_key.items()):
+                if value == int(token):
+                    del self._by_key[key]
 
     def _run(self):
         while True:
@@ -344,6 +355,7 @@ class _Watchdog:
                 _, timeout, start = late[0]
                 self.fired = (timeout, now - start)
                 self._pending.clear()
+                self._by_key.clear()
                 self._thread = None
             print("npu_loss_scale: agreement 'horovod': the overflow-status all-reduce waited "
                   "%.1f s, more than the timeout of %g s (a rank died, stalls, or never joined); "
@@ -359,6 +371,7 @@ class _Watchdog:
 
 
 _horovod_watchdog = _Watchdog()
+_watchdog_keys = itertools.count(1)
 _horovod_configured_timeout = None
 
 
@@ -399,9 +412,10 @@ class HorovodAgreement(Agreement):
 
     def reduce(self, status):
         timeout = self.timeout
+        key = next(_watchdog_keys)
 
         def arm(value):
-            return value, np.int64(_horovod_watchdog.arm(timeout))
+            return value, np.int64(_horovod_watchdog.arm(timeout, key))
 
         def disarm(value, token):
             _horovod_watchdog.disarm(token)

@@ -172,7 +172,7 @@ class Job:
     """The graph and session of one training process."""
 
     def __init__(self, seed, manager="exponential", *, checkpoint_skipped_steps=True,
-                 deterministic=True):
+                 deterministic=True, ballast_mb=0.0):
         os.environ.setdefault("NPU_LOSS_SCALE_BACKEND", "emulation")
         import numpy as np  # pylint: disable=import-outside-toplevel
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -196,6 +196,12 @@ class Job:
                 use_resource=True)
             b2 = tf.compat.v1.get_variable("dense2/bias", initializer=np.zeros(DOUT, np.float32),
                                            use_resource=True)
+            if ballast_mb > 0:
+                # untrained state that makes a save take long enough to be killed inside
+                tf.compat.v1.get_variable(
+                    "ballast", shape=[int(ballast_mb * 2 ** 18)], dtype=tf.float32,
+                    initializer=tf.compat.v1.constant_initializer(0.5), trainable=False,
+                    use_resource=True)
             h16 = nls.saturate(tf.cast(tf.matmul(self.x, w1) + b1, tf.float16))
             h = tf.nn.relu(tf.cast(h16, tf.float32))
             y16 = nls.saturate(tf.cast(tf.matmul(h, w2) + b2, tf.float16))
@@ -350,7 +356,7 @@ def _progress_logger(path):
 
 
 def child_main(args):
-    job = Job(args.seed, args.manager)
+    job = Job(args.seed, args.manager, ballast_mb=args.ballast_mb)
     log = _progress_logger(os.path.join(args.dir, "progress.txt"))
     job.train(os.path.join(args.dir, "ckpt"), args.steps, args.every, log, args.pause_in_save)
     snap = job.snapshot()
@@ -364,7 +370,8 @@ def child_main(args):
 def _child_cmd(args, directory, pause):
     return [sys.executable, os.path.abspath(__file__), "--child", "--dir", directory,
             "--seed", str(args.seed), "--steps", str(args.steps), "--every", str(args.every),
-            "--manager", args.manager, "--pause-in-save", str(pause)]
+            "--manager", args.manager, "--pause-in-save", str(pause),
+            "--ballast-mb", str(args.ballast_mb)]
 
 
 def _env():
@@ -417,7 +424,9 @@ def run_killed(args, directory, log=print):
             rng, kinds[len(records) % len(kinds)], reached, args.steps, args.every)
         if plan is not None and plan[1] <= reached:
             plan = None
-        pause = args.pause_in_save if plan and plan[0] == "save-phase" else 0.0
+        # a pause before each save phase: the kill lands between phases ("save-phase"), or the
+        # parent is polling for TensorFlow's temporary files when the write starts ("save-temp")
+        pause = args.pause_in_save if plan and plan[0] in ("save-phase", "save-temp") else 0.0
         seen = len(lines)
         proc = subprocess.Popen(_child_cmd(args, directory, pause), env=_env(),
                                 stdout=subprocess.DEVNULL if args.quiet else None,
@@ -510,6 +519,9 @@ def parse_args(argv=None):
     p.add_argument("--pause-in-save", type=float, default=0.3,
                    help="seconds the child waits before each save phase in runs meant to be "
                         "killed between phases")
+    p.add_argument("--ballast-mb", type=float, default=4.0,
+                   help="MB of untrained state saved with the model, so that TensorFlow's "
+                        "write of a checkpoint lasts long enough to be killed inside it")
     p.add_argument("--hard-limit", type=float, default=1800.0,
                    help="seconds after which the parent kills everything and fails")
     p.add_argument("--dir", default=None, help="work directory (default: a temporary one)")

@@ -221,7 +221,13 @@ def test_a_save_killed_before_its_manifest_is_not_used(saved_run, tmp_path):
     # ahead of the manifest: the files are complete, but nothing vouches for them
     directory, _ = _copy(saved_run, tmp_path)
     os.remove(os.path.join(directory, "model.ckpt-8" + kill_restore.MANIFEST_SUFFIX))
-    os.makedirs(os.path.join(directory, "model.ckpt-12_temp"))   # an orphaned temp directory
+    # what a kill inside TensorFlow's write leaves: a temp directory with a partial shard
+    temp = os.path.join(directory, "model.ckpt-12_temp")
+    os.makedirs(temp)
+    source = os.path.join(directory, _data_files(directory, 8)[0])
+    with open(source, "rb") as f, \
+            open(os.path.join(temp, "part-00000-of-00002.data-00000-of-00001"), "wb") as g:
+        g.write(f.read()[:7])
     _, prefix, log = _restore(directory)
     assert prefix == "model.ckpt-4" and "no manifest" in log[0]
 

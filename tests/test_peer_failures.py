@@ -78,6 +78,8 @@ def test_the_horovod_watchdog_shuts_horovod_down_when_an_all_reduce_waits_too_lo
     monkeypatch.setitem(sys.modules, "horovod.tensorflow", FakeHorovod)
     dog = agreement._Watchdog()  # pylint: disable=protected-access
     dog.disarm(dog.arm(0.3))           # an all-reduce that completed in time
+    dog.arm(0.3, key=7)                # a run that failed elsewhere: never disarmed ...
+    dog.disarm(dog.arm(0.3, key=7))    # ... the next run of the same all-reduce replaces it
     time.sleep(0.8)
     assert calls == [] and dog.fired is None
     started = time.monotonic()
