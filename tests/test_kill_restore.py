@@ -266,3 +266,22 @@ def test_a_run_killed_three_times_ends_bit_identical_to_an_uninterrupted_one(tmp
     assert int(result["reference"]["skipped_steps"]) > 0
     assert int(result["reference"]["iteration"]) == 16
     assert np.array_equal(result["reference"]["global_step"], result["restarted"]["global_step"])
+
+
+def test_an_object_based_checkpoint_carries_the_skipped_count_when_asked_for(tmp_path):
+    def optimizer():
+        return nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                         nls.FixedLossScaleManager(8.0), backend="inf_nan",
+                                         checkpoint_skipped_steps=True)
+
+    x = tf.Variable(1.0)
+    opt = optimizer()
+    opt.minimize(lambda: x * float("inf"))      # skipped
+    opt.minimize(lambda: x * x)                 # applied
+    assert int(opt.skipped_steps) == 1
+    path = tf.train.Checkpoint(opt=opt, x=x).save(str(tmp_path / "c"))
+    assert any("skipped_steps" in name for name, _ in tf.train.list_variables(path))
+    restored = optimizer()
+    x2 = tf.Variable(0.0)
+    tf.train.Checkpoint(opt=restored, x=x2).restore(path).assert_existing_objects_matched()
+    assert int(restored.skipped_steps) == 1 and float(x2) == float(x)
