@@ -40,7 +40,9 @@ No hangs: a rank that dies or never joins makes the others fail within a bounded
 else ``$NPU_LOSS_SCALE_AGREEMENT_TIMEOUT`` seconds, else 300 s) and raises
 ``DeadlineExceededError: Collective has timed out ...`` on the surviving ranks. ``horovod``
 relies on Horovod's own timeouts, which :func:`configure_horovod_timeouts` sets before
-``hvd.init()``.
+``hvd.init()``. Wrap the training loop's ``session.run`` calls in :func:`failure_messages` (or
+pass an error to :func:`explain_failure`) to turn such a failure into an
+:class:`AgreementError` whose message names the backend and its timeout.
 
 Example (Horovod)::
 
@@ -54,14 +56,17 @@ Example (Horovod)::
     opt = nls.NPULossScaleOptimizer(opt, nls.FixedLossScaleManager(1024), is_distributed=True)
     assert agreement.agreement_name() == "horovod"
 """
+import contextlib
 import importlib
 import itertools
 import json
 import os
 import sys
 import threading
+import time
 import warnings
 
+import numpy as np
 import tensorflow as tf
 
 from . import _checks
@@ -107,6 +112,136 @@ def _timeout(value):
         return _timeout_from_env()
     return _checks.real_number("timeout", value, minimum=0.0, min_inclusive=False,
                                accepted="> 0 (seconds)")
+
+
+class AgreementError(RuntimeError):
+    """The ranks could not agree on the overflow status: a rank died, stalls, or never joined.
+
+    Raised by :func:`failure_messages` (from the TensorFlow or Horovod error, kept as
+    ``__cause__``). Attributes: ``backend`` (an :data:`AGREEMENT_NAMES` entry), ``timeout``
+    (seconds, or None when unknown), ``op_name`` (the status all-reduce) and ``cause``.
+    """
+
+    def __init__(self, message, backend, timeout, op_name, cause):
+        super().__init__(message)
+        self.backend = backend
+        self.timeout = timeout
+        self.op_name = op_name
+        self.cause = cause
+
+
+# name of every status all-reduce built in this process -> (backend, timeout seconds, details)
+_built_reduces = {}
+_built_lock = threading.Lock()
+
+
+def _record_reduce(tensor, backend, timeout, details):
+    name = getattr(getattr(tensor, "op", None), "name", None)
+    if name is None:
+        return
+    with _built_lock:
+        if len(_built_reduces) > 1000:
+            _built_reduces.clear()
+        _built_reduces[name] = (backend, timeout, details)
+
+
+def _horovod_timeout_settings():
+    keys = ("HOROVOD_GLOO_TIMEOUT_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS",
+            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
+    return {key: os.environ[key] for key in keys if os.environ.get(key)}
+
+
+def _failed_reduce(err):
+    """(op name, (backend, timeout, details)) of the status all-reduce ``err`` comes from."""
+    op = getattr(err, "op", None)
+    message = str(getattr(err, "message", None) or err)
+    with _built_lock:
+        built = dict(_built_reduces)
+    name = getattr(op, "name", None)
+    if name in built:
+        return name, built[name]
+    for name, entry in sorted(built.items(), key=lambda item: -len(item[0])):
+        if "'%s'" % name in message or "node %s" % name in message \
+                or '"%s"' % name in message or name + ":" in message:
+            return name, entry
+    if "Horovod has been shut down" in message:
+        horovod = [(n, e) for n, e in built.items() if e[0] == "horovod"]
+        if horovod:
+            return horovod[-1]
+    return None
+
+
+def _cause_line(err):
+    """The line of a TensorFlow error that says what happened (not "Graph execution error:" nor
+    the stack trace of the op)."""
+    lines = [line.strip() for line in str(getattr(err, "message", None) or err).splitlines()
+             if line.strip()]
+    skip = ("Graph execution error", "Detected at node", "File \"", "Original stack trace",
+            "[[", "Node:", "Op:")
+    body = [line for line in lines if not line.startswith(skip)] or lines or [""]
+    for word in ("timed out", "shut down", "Connection", "abort", "Abort"):
+        for line in body:
+            if word in line:
+                return line[:400]
+    return body[0][:400]
+
+
+def explain_failure(err):
+    """An :class:`AgreementError` for ``err`` if it comes from the overflow-status agreement
+    (a collective that timed out or was aborted, Horovod shut down), else None.
+
+    Its message names the backend, the status all-reduce and the timeout in force. Example::
+
+        try:
+            sess.run(train_op)
+        except tf.errors.OpError as err:
+            clear = agreement.explain_failure(err)
+            raise clear or err
+    """
+    found = _failed_reduce(err)
+    if found is None:
+        return None
+    op_name, (backend, timeout, details) = found
+    cause = "%s: %s" % (type(err).__name__, _cause_line(err))
+    if backend == "horovod":
+        settings = _horovod_timeout_settings()
+        gloo = settings.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "Horovod's default")
+        fired = _horovod_watchdog.fired
+        what = ("this rank's all-reduce waited %.1f s, past the timeout, and was stopped"
+                % fired[1]) if fired else "a rank died, stalled or never joined"
+        message = ("npu_loss_scale agreement 'horovod' (%s) failed at the overflow-status "
+                   "all-reduce %r: %s, so no rank applies this step. Timeout: %g s for a "
+                   "pending all-reduce, HOROVOD_GLOO_TIMEOUT_SECONDS=%s for joining (set both "
+                   "with npu_loss_scale.agreement.configure_horovod_timeouts(seconds) before "
+                   "hvd.init(), or $%s). Cause: %s"
+                   % (details, op_name, what, timeout, gloo, TIMEOUT_ENV_VAR, cause))
+    else:
+        message = ("npu_loss_scale agreement %r (%s) failed at the overflow-status all-reduce "
+                   "%r: not every rank took part within the timeout of %g s (a rank died, "
+                   "stalled, or never joined), so no rank applies this step. Set the timeout "
+                   "with timeout= (configure_collective / CollectiveCluster) or $%s. Cause: %s"
+                   % (backend, details, op_name, timeout, TIMEOUT_ENV_VAR, cause))
+    return AgreementError(message, backend, timeout, op_name, err)
+
+
+@contextlib.contextmanager
+def failure_messages():
+    """Re-raises a failure of the overflow-status agreement inside the block as an
+    :class:`AgreementError` naming the backend and the timeout (other errors pass unchanged).
+
+    Example::
+
+        with agreement.failure_messages():
+            for step in range(steps):
+                sess.run(train_op)
+    """
+    try:
+        yield
+    except tf.errors.OpError as err:
+        clear = explain_failure(err)
+        if clear is None:
+            raise
+        raise clear from err
 
 
 class Agreement:
@@ -162,17 +297,110 @@ class HcclAgreement(Agreement):
         return self._ops.allreduce(status, "sum", fusion=0)
 
 
+class _Watchdog:
+    """Shuts Horovod down when a status all-reduce of this process waits longer than its timeout.
+
+    Horovod has no timeout of its own for a rank that is alive but stops submitting the
+    all-reduce (0.28.1 with Gloo neither warns nor shuts down on its stall settings, measured).
+    The all-reduce is bracketed by two ``py_func`` ops: the first arms a deadline, the second
+    disarms it. A thread checks the deadlines; when one passes it records the fact and calls
+    ``hvd.shutdown()``, which fails the pending all-reduce on every rank ("Horovod has been shut
+    down"), so ``session.run`` returns an error instead of waiting forever.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pending = {}        # token -> (deadline, timeout, start)
+        self._by_key = {}         # key of an all-reduce -> its latest token
+        self._tokens = itertools.count(1)
+        self._thread = None
+        self.fired = None         # (timeout, seconds waited) once it shut Horovod down
+
+    def arm(self, timeout, key=None):
+        """Starts a deadline; returns its token. Arming ``key`` again drops the deadline it
+        armed before (a run of that all-reduce that failed elsewhere never disarmed it)."""
+        now = time.monotonic()
+        with self._lock:
+            token = next(self._tokens)
+            if key is not None:
+                stale = self._by_key.pop(key, None)
+                if stale is not None:
+                    self._pending.pop(stale, None)
+                self._by_key[key] = token
+            self._pending[token] = (now + timeout, timeout, now)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="nls-agreement-watchdog",
+                                                daemon=True)
+                self._thread.start()
+        return token
+
+    def disarm(self, token):
+        with self._lock:
+            self._pending.pop(int(token), None)
+            for key, value in list(self._by_key.items()):
+                if value == int(token):
+                    del self._by_key[key]
+
+    def _run(self):
+        while True:
+            time.sleep(0.2)
+            now = time.monotonic()
+            with self._lock:
+                late = [entry for entry in self._pending.values() if entry[0] <= now]
+                if not self._pending:
+                    self._thread = None
+                    return
+                if not late:
+                    continue
+                _, timeout, start = late[0]
+                self.fired = (timeout, now - start)
+                self._pending.clear()
+                self._by_key.clear()
+                self._thread = None
+            print("npu_loss_scale: agreement 'horovod': the overflow-status all-reduce waited "
+                  "%.1f s, more than the timeout of %g s (a rank died, stalls, or never joined); "
+                  "shutting Horovod down so that every rank fails instead of waiting."
+                  % (now - start, timeout), file=sys.stderr, flush=True)
+            hvd = sys.modules.get("horovod.tensorflow")
+            if hvd is not None:
+                try:
+                    hvd.shutdown()
+                except Exception:  # pylint: disable=broad-except
+                    pass
+            return
+
+
+_horovod_watchdog = _Watchdog()
+_watchdog_keys = itertools.count(1)
+_horovod_configured_timeout = None
+
+
+def _horovod_timeout(timeout):
+    if timeout is not None:
+        return _timeout(timeout)
+    if _horovod_configured_timeout is not None:
+        return _horovod_configured_timeout
+    return _timeout_from_env()
+
+
 class HorovodAgreement(Agreement):
     """Sums the status over all Horovod ranks: ``hvd.allreduce(status, op=hvd.Sum)``.
 
     ``hvd.init()`` must have run. A rank that dies makes Horovod shut down on the others
-    ("Horovod has been shut down ..."); a rank that never joins or stops calling collectives is
-    bounded by the timeouts :func:`configure_horovod_timeouts` sets.
+    ("Horovod has been shut down ..."); a rank that never joins is bounded by
+    ``HOROVOD_GLOO_TIMEOUT_SECONDS`` (set by :func:`configure_horovod_timeouts`); a rank that
+    stops calling the all-reduce by a watchdog: when this process's all-reduce has waited
+    ``timeout`` seconds, Horovod is shut down, which fails the step on every rank.
+
+    Args:
+      timeout: seconds; default the one given to :func:`configure_horovod_timeouts`, else
+        ``$NPU_LOSS_SCALE_AGREEMENT_TIMEOUT``, else 300.
     """
 
     name = "horovod"
 
-    def __init__(self):
+    def __init__(self, timeout=None):
+        self.timeout = _horovod_timeout(timeout)
         try:
             self._hvd = importlib.import_module("horovod.tensorflow")
         except ImportError as err:
@@ -183,7 +411,25 @@ class HorovodAgreement(Agreement):
                                "horovod.tensorflow.init() before building the train op.")
 
     def reduce(self, status):
-        return self._hvd.allreduce(status, op=self._hvd.Sum, name=STATUS_ALLREDUCE_NAME)
+        timeout = self.timeout
+        key = next(_watchdog_keys)
+
+        def arm(value):
+            return value, np.int64(_horovod_watchdog.arm(timeout, key))
+
+        def disarm(value, token):
+            _horovod_watchdog.disarm(token)
+            return value
+
+        armed, token = tf.compat.v1.py_func(arm, [status], [status.dtype, tf.int64],
+                                             stateful=True, name="agreement_watchdog_arm")
+        armed.set_shape(status.shape)
+        out = self._hvd.allreduce(armed, op=self._hvd.Sum, name=STATUS_ALLREDUCE_NAME)
+        _record_reduce(out, self.name, timeout, "hvd.allreduce over %d ranks" % self._hvd.size())
+        done = tf.compat.v1.py_func(disarm, [out, token], status.dtype, stateful=True,
+                                    name="agreement_watchdog_disarm")
+        done.set_shape(status.shape)
+        return done
 
 
 def configure_horovod_timeouts(seconds=None):
@@ -200,7 +446,9 @@ def configure_horovod_timeouts(seconds=None):
         configure_horovod_timeouts(60)
         hvd.init()
     """
+    global _horovod_configured_timeout
     seconds = _timeout(seconds)
+    _horovod_configured_timeout = seconds      # the watchdog of HorovodAgreement
     whole = str(max(1, int(round(seconds))))
     wanted = {
         "HOROVOD_GLOO_TIMEOUT_SECONDS": whole,
@@ -436,11 +684,14 @@ class CollectiveAgreement(Agreement):
         if key is None:
             key = self.cluster.next_instance_key()
         with tf.device(self.cluster.device):
-            return collective_ops.all_reduce_v2(
+            out = collective_ops.all_reduce_v2(
                 status, group_size=self.cluster.group_size, group_key=self.cluster.group_key,
                 instance_key=key, merge_op="Add", final_op="Id",
                 communication_hint=self.communication_hint, timeout=self.timeout,
                 name=STATUS_ALLREDUCE_NAME)
+        _record_reduce(out, self.name, self.timeout, "TF CollectiveReduceV2 over %d processes"
+                       % self.cluster.group_size)
+        return out
 
 
 # -- discovery -----------------------------------------------------------------------------------

@@ -36,17 +36,20 @@ def _reached(tensors, targets):
 class _Counter:
     """An int64 counter kept in a one-entry hash table.
 
-    It needs no initializer (scripts that run only ``global_variables_initializer`` work) and is
-    not written into checkpoints: a checkpoint written on the device by Ascend's optimizer, which
-    has no such counter, restores with a plain name-based Saver into a graph that has ours.
+    It needs no initializer (scripts that run only ``global_variables_initializer`` work) and by
+    default is not written into checkpoints: a checkpoint written on the device by Ascend's
+    optimizer, which has no such counter, restores with a plain name-based Saver into a graph that
+    has ours. With ``checkpoint=True`` (opt-in) the table is saved, under the checkpoint keys
+    ``<name>_table-keys`` and ``<name>_table-values``.
     """
 
-    def __init__(self, name):
+    def __init__(self, name, checkpoint=False):
         with tf.device("/device:CPU:0"):
             self._table = tf.lookup.experimental.MutableHashTable(
-                key_dtype=tf.int64, value_dtype=tf.int64, default_value=0, checkpoint=False,
+                key_dtype=tf.int64, value_dtype=tf.int64, default_value=0, checkpoint=checkpoint,
                 name=name + "_table")
         self.name = name
+        self.table = self._table
 
     def read(self, name=None):
         with tf.device("/device:CPU:0"):
@@ -140,13 +143,20 @@ class NPULossScaleOptimizer(_Base):
         :class:`~npu_loss_scale.agreement.RanksMayDivergeWarning` is issued once.
       summaries: add ``tf.compat.v1.summary`` scalars ``loss_scale``, ``skipped_steps`` and
         ``overflow`` when the train op is built.
+      checkpoint_skipped_steps: save :attr:`skipped_steps` in checkpoints (opt-in; default
+        False). Off, a checkpoint restored into a new process restarts the count at 0, and a
+        device checkpoint (no such counter) restores with a plain name-based Saver. On, a
+        ``tf.compat.v1.train.Saver`` writes it under the keys ``skipped_steps_table-keys`` /
+        ``-values`` (and ``tf.train.Checkpoint`` as the child ``skipped_steps``), so a restart
+        resumes the count; such a Saver then needs those keys in every checkpoint it restores.
       name: the optimizer's name; default ``"NPULossScale_" + opt.get_name()``.
 
     Attribute lookups that this class does not answer fall through to the wrapped optimizer.
     """
 
     def __init__(self, opt, loss_scale_manager, is_distributed=False, *, backend=None,
-                 agreement=None, summaries=False, accumulation_steps=1, name=None):
+                 agreement=None, summaries=False, accumulation_steps=1, name=None,
+                 checkpoint_skipped_steps=False):
         if not isinstance(opt, tf.compat.v1.train.Optimizer):
             raise TypeError("opt must be a tf.compat.v1.train.Optimizer (for example "
                             "tf.compat.v1.train.AdamOptimizer); got %r (type %s). For Keras "
@@ -158,6 +168,8 @@ class NPULossScaleOptimizer(_Base):
                             % (loss_scale_manager, type(loss_scale_manager).__name__))
         _checks.boolean("is_distributed", is_distributed)
         _checks.boolean("summaries", summaries)
+        self._checkpoint_skipped = _checks.boolean("checkpoint_skipped_steps",
+                                                   checkpoint_skipped_steps)
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError("name must be a non-empty string or None; got %r" % (name,))
         self._accumulation_steps = _checks.positive_int("accumulation_steps", accumulation_steps)
@@ -216,8 +228,9 @@ class NPULossScaleOptimizer(_Base):
 
         In a ``tf.compat.v1`` graph it is the tensor ``skipped_steps:0`` (fetch it with the train
         op or after it); in eager execution the current count. The counter needs no initializer
-        and is not saved in checkpoints (Ascend's optimizer has none). Reading it creates no
-        variable: it exists in the graph the optimizer was built or used in.
+        and is not saved in checkpoints (Ascend's optimizer has none) unless the optimizer was
+        built with ``checkpoint_skipped_steps=True``. Reading it creates no variable: it exists in
+        the graph the optimizer was built or used in.
         """
         state = self._built_state("skipped_steps")
         if state["skipped_read"] is not None and _graphs.outermost_graph() is not None \
@@ -282,7 +295,7 @@ class NPULossScaleOptimizer(_Base):
         return self._per_graph.get(self._build_state)
 
     def _build_state(self):
-        skipped = _Counter("skipped_steps")
+        skipped = _Counter("skipped_steps", checkpoint=self._checkpoint_skipped)
         in_graph = _graphs.outermost_graph() is not None
         state = {"skipped_steps": skipped, "finite": None, "report": None, "accumulators": {},
                  "skipped_read": skipped.read(name="skipped_steps") if in_graph else None,
@@ -298,6 +311,8 @@ class NPULossScaleOptimizer(_Base):
         if state is not None:
             if "micro_step" in state:
                 children["accumulation_step"] = state["micro_step"]
+            if self._checkpoint_skipped:
+                children["skipped_steps"] = state["skipped_steps"].table
         return children
 
     def _observed_attr(self):

@@ -1,0 +1,135 @@
+"""Dying and slow peers: SIGKILLed, stalled and late ranks under Horovod and TF collectives.
+
+The runs are ``scripts/peer_failures.py`` scenarios (short timeouts; the full matrix is the
+script's own command, see docs/distributed.md). Each is bounded by a hard limit that kills
+whatever is left, and checked by the script's ``check``: survivors fail with an
+``AgreementError`` naming the backend and the timeout within timeout + 60 s of the fault, or
+every rank completes when the late rank arrives in time; steps completed by several ranks left
+identical states (no rank applied a step another skipped).
+"""
+import os
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from npu_loss_scale import agreement
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dist_workers import harness  # noqa: E402  pylint: disable=wrong-import-position
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import peer_failures  # noqa: E402  pylint: disable=wrong-import-position
+
+TIMEOUT = 6.0
+
+
+def _run(tmp_path, backend, n, fault):
+    result = peer_failures.run_scenario(backend, n, fault, TIMEOUT, str(tmp_path),
+                                        stall_extra=6.0, hard_limit=200)
+    assert not result["hung"], "the run hung:\n" + result["output"][-4000:]
+    problems = peer_failures.check(result, margin=60.0)
+    assert problems == [], "\n".join(problems) + "\n" + result["output"][-4000:]
+    return result
+
+
+def _survivor_errors(result):
+    return [info["error"] for rank, info in enumerate(result["ranks"])
+            if rank != result["fault_rank"] and info["error"] is not None]
+
+
+# -- messages (no processes) ----------------------------------------------------------------------
+def test_a_timed_out_status_all_reduce_is_explained_with_backend_and_timeout():
+    cluster = agreement.CollectiveCluster({"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "worker", 0,
+                                          timeout=7)
+    with tf.Graph().as_default():
+        out = agreement.CollectiveAgreement(cluster, instance_key=99).reduce(tf.zeros([1]))
+        err = tf.errors.DeadlineExceededError(
+            None, None, "Graph execution error:\n\nCollective has timed out during execution."
+            "\n\t [[{{node %s}}]]" % out.op.name)
+    with pytest.raises(agreement.AgreementError) as info:
+        with agreement.failure_messages():
+            raise err
+    message = str(info.value)
+    assert "'collective'" in message and "timeout of 7 s" in message, message
+    assert "Collective has timed out during execution" in message, message
+    assert info.value.backend == "collective" and info.value.timeout == 7.0
+    assert info.value.__cause__ is err
+
+
+def test_other_errors_pass_through_unchanged():
+    err = tf.errors.InvalidArgumentError(None, None, "[[{{node some_other_op}}]] bad shape")
+    assert agreement.explain_failure(err) is None
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        with agreement.failure_messages():
+            raise err
+
+
+def test_the_horovod_watchdog_shuts_horovod_down_when_an_all_reduce_waits_too_long(monkeypatch):
+    calls = []
+
+    class FakeHorovod:
+        @staticmethod
+        def shutdown():
+            calls.append(time.monotonic())
+
+    monkeypatch.setitem(sys.modules, "horovod.tensorflow", FakeHorovod)
+    dog = agreement._Watchdog()  # pylint: disable=protected-access
+    dog.disarm(dog.arm(0.3))           # an all-reduce that completed in time
+    dog.arm(0.3, key=7)                # a run that failed elsewhere: never disarmed ...
+    dog.disarm(dog.arm(0.3, key=7))    # ... the next run of the same all-reduce replaces it
+    time.sleep(0.8)
+    assert calls == [] and dog.fired is None
+    started = time.monotonic()
+    dog.arm(0.3)                       # one that never completes
+    deadline = started + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(calls) == 1 and 0.3 <= calls[0] - started < 5
+    assert dog.fired[0] == 0.3 and dog.fired[1] >= 0.3
+
+
+# -- TF collectives -------------------------------------------------------------------------------
+@pytest.mark.distributed
+def test_collective_a_rank_sigkilled_mid_step_makes_the_other_fail_with_a_clear_error(tmp_path):
+    result = _run(tmp_path, "collective", 2, "kill")
+    errors = _survivor_errors(result)
+    assert len(errors) == 1 and errors[0]["backend"] == "collective"
+
+
+@pytest.mark.distributed
+def test_collective_a_stalled_rank_makes_the_three_others_fail_within_the_timeout(tmp_path):
+    result = _run(tmp_path, "collective", 4, "stall")
+    errors = _survivor_errors(result)
+    assert len(errors) == 3
+    assert all(e["type"] == "AgreementError" and e["timeout"] == TIMEOUT for e in errors)
+
+
+@pytest.mark.distributed
+def test_collective_a_rank_that_starts_late_within_the_timeout_is_waited_for(tmp_path):
+    result = _run(tmp_path, "collective", 2, "late")
+    assert all(info["done"] for info in result["ranks"])
+
+
+# -- Horovod --------------------------------------------------------------------------------------
+@pytest.mark.distributed
+@pytest.mark.skipif(harness.horovod_unavailable_reason() is not None,
+                    reason="horovod is not importable here (%s); build it with "
+                           "`bash scripts/build_horovod.sh <venv>`"
+                           % harness.horovod_unavailable_reason())
+class TestHorovod:
+    def test_a_rank_sigkilled_mid_step_stops_the_three_others(self, tmp_path):
+        result = _run(tmp_path, "horovod", 4, "kill")
+        assert result["returncodes"][0] != 0
+
+    def test_a_stalled_rank_makes_the_other_fail_within_the_timeout(self, tmp_path):
+        result = _run(tmp_path, "horovod", 2, "stall")
+        errors = _survivor_errors(result)
+        assert len(errors) == 1 and errors[0]["type"] == "AgreementError", errors
+        assert errors[0]["backend"] == "horovod" and errors[0]["timeout"] == TIMEOUT
+
+    def test_a_rank_that_starts_late_within_the_timeout_is_waited_for(self, tmp_path):
+        result = _run(tmp_path, "horovod", 2, "late")
+        assert all(info["done"] for info in result["ranks"])
