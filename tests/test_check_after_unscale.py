@@ -61,3 +61,21 @@ def test_an_inf_clipped_to_a_finite_value_after_compute_gradients_still_skips(ba
     for w in after_poison:
         np.testing.assert_array_equal(w, np.ones_like(w))
     assert skipped == 1
+
+
+@pytest.mark.parametrize("backend", ["inf_nan", "emulation"])
+def test_the_unscaling_multiply_is_the_only_reader_of_a_scaled_gradient(backend):
+    """So TensorFlow runs it in place (no new gradient-sized buffer per step); the check reads
+    the product."""
+    with tf.Graph().as_default():
+        ws = [tf.compat.v1.get_variable("w%d" % i, shape=s) for i, s in enumerate(SHAPES)]
+        loss = tf.add_n([tf.reduce_sum(w * w) for w in ws])
+        opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(LR),
+                                        nls.FixedLossScaleManager(2 ** 10), backend=backend)
+        grads_and_vars = opt.compute_gradients(loss, ws)
+        opt.apply_gradients(grads_and_vars)
+        for g, _ in grads_and_vars:
+            assert g.op.type == "Mul"
+            scaled = [t for t in g.op.inputs if t.shape.num_elements() > 1]
+            assert len(scaled) == 1 and scaled[0].consumers() == [g.op]
+            assert "Sum" in [op.type for op in g.consumers()]
