@@ -35,7 +35,7 @@ round). It prints the kernels one traced step of each variant runs (so nothing i
 ``read_pass`` runs one Sum per gradient), then, for wall-clock time and for the CPU time of the
 process, each variant's ms/step and overhead over plain (median and quartiles over the rounds),
 the overhead in read passes, and the overhead as a fraction of TensorFlow's with a bootstrap
-5-95 % range. It takes about two minutes on 2 idle cores.
+5-95 % range. It takes a few minutes (2 cores; longer on a loaded machine).
 """
 import argparse
 import os
@@ -119,13 +119,15 @@ BERT_VARIANTS = ["plain", "read_pass", "tf_dynamic", "nls_inf_nan", "nls_emulati
 
 def build_bert(shapes):
     """One graph, shared variables and fixed gradients; returns {variant: train op}."""
-    rng = np.random.RandomState(0)
     weights, fixed = [], []
     for i, shape in enumerate(shapes):
-        init = (rng.standard_normal(shape) * 0.02).astype(np.float32)
-        weights.append(tf.compat.v1.get_variable("w%d" % i, initializer=init))
-        fixed.append(tf.compat.v1.get_variable("g%d" % i, initializer=init[::-1].copy(),
-                                               trainable=False))
+        # Random initializers, not numpy arrays: 880 MB of constants in the graph would take
+        # gigabytes of memory once copied into the session.
+        weights.append(tf.compat.v1.get_variable(
+            "w%d" % i, shape, initializer=tf.compat.v1.random_normal_initializer(0, 0.02, 2 * i)))
+        fixed.append(tf.compat.v1.get_variable(
+            "g%d" % i, shape, trainable=False,
+            initializer=tf.compat.v1.random_normal_initializer(0, 0.02, 2 * i + 1)))
     # Multiplied by a variable holding 1: without it Grappler drops the multiply by the constant
     # 1 that seeds plain's backpropagation, while every loss-scaled variant multiplies by the
     # scale there, and their overheads would count that extra work.
