@@ -6,8 +6,8 @@ Three backends answer that question:
     The real Ascend float-status ops from ``npu_bridge`` (only inside the CANN toolkit).
 ``emulation``
     The CPU stand-in of the device register (:mod:`npu_loss_scale.emulation`): overflow recorded
-    by :func:`~npu_loss_scale.emulation.saturate` inside the model and by scaled gradients that
-    are non-finite or hit ±MAX of their dtype.
+    by :func:`~npu_loss_scale.emulation.saturate` inside the model, and IEEE infs and NaNs (of
+    code outside ``saturate``) found in the gradients.
 ``inf_nan``
     Plain IEEE check: some gradient holds an inf or a NaN (what TensorFlow's own optimizer does).
 
@@ -18,8 +18,8 @@ real). :func:`get_backend_name` says which one applies.
 
 Each backend takes part in a training step at these points::
 
-    observe_scaled_gradients(grads) -> op run on the still-scaled gradients (the device sees these),
-                                       or None
+    observe_gradients(grads)        -> (tensor the read waits for or None, flag or None), built on
+                                       the gradients compute_gradients has just unscaled
     reader()                        -> a handle for one reader (one optimizer in one graph)
     read_status(grads, reader)      -> float32 vector, all zeros <=> no overflow since this
                                        reader's previous read; read only after every gradient
@@ -60,6 +60,12 @@ def nonfinite_flag(grads):
     float64) and the per-tensor sums are reduced once. An inf or NaN anywhere makes the sum
     non-finite. A sum of finite values overflows only for values around 1e31 and more; such a
     step is skipped too (the loss scale then comes down), which never lets an overflow through.
+
+    The optimizer applies it to the gradients it has just unscaled, not to the scaled ones: the
+    unscaling multiply is then the only consumer of a scaled gradient and TensorFlow runs it in
+    place (no new gradient-sized buffer per step), and each sum reads a product that was just
+    written (still in cache for all but the largest tensors). Multiplying by ``1 / loss_scale``
+    keeps an inf an inf and a NaN a NaN, and a product that overflows is an overflow too.
     """
     sums = []
     for values in emulation.floating_values(grads):
@@ -106,11 +112,12 @@ class OverflowDetector(abc.ABC):
 
     name = None
 
-    def observe_scaled_gradients(self, grads):  # pylint: disable=unused-argument
-        """(tensor the read must wait for or None, float32 flag or None).
+    def observe_gradients(self, grads):  # pylint: disable=unused-argument
+        """(tensor the read must wait for or None, float32 flag or None) for ``grads``, the
+        gradients ``compute_gradients`` has just unscaled.
 
         The flag (1 = overflow) stands for these gradients at the read; None means the
-        register covers them. Nothing here delays the unscaling of the gradients.
+        register covers them (no pass over gradient values).
         """
         return None, None
 
@@ -123,8 +130,8 @@ class OverflowDetector(abc.ABC):
         """float32 vector whose entries are all zero exactly when nothing overflowed.
 
         ``grads``: gradients to check that no observation covers; ``known_flags``: flags of
-        gradients observed in scaled form (no second pass over them); ``wait_for``: tensors the
-        read must run after (every gradient of the step).
+        gradients observed when ``compute_gradients`` unscaled them (no second pass over them);
+        ``wait_for``: tensors the read must run after (every gradient of the step).
         """
 
     def end_step(self, status, reader=None):  # pylint: disable=unused-argument
@@ -150,7 +157,7 @@ class InfNanDetector(OverflowDetector):
 
     name = "inf_nan"
 
-    def observe_scaled_gradients(self, grads):
+    def observe_gradients(self, grads):
         return None, nonfinite_flag(grads)
 
     def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
@@ -173,7 +180,7 @@ class _RegisterDetector(OverflowDetector):
         """In saturation mode, also count IEEE infs/NaNs in gradients no observation covers."""
         return False
 
-    def observe_scaled_gradients(self, grads):
+    def observe_gradients(self, grads):
         if self._inf_nan_mode():
             return None, nonfinite_flag(grads)
         return None, None
@@ -202,9 +209,9 @@ class EmulationDetector(_RegisterDetector):
     overflow is recorded in all slots, so optimizers whose train ops run in one ``session.run``
     each see every overflow since their own previous read. Because code outside
     :func:`~npu_loss_scale.emulation.saturate` still produces IEEE infs and NaNs on a CPU, the
-    scaled gradients are checked for them in one read pass when ``compute_gradients`` builds
-    them (the result goes into the register), and gradients no such check covers are checked
-    at the read.
+    gradients are checked for them in one read pass when ``compute_gradients`` unscales them
+    (the result goes into the register, as the device's would record an overflow of the
+    unscaling multiply), and gradients no such check covers are checked at the read.
     """
 
     name = "emulation"
@@ -229,11 +236,11 @@ class EmulationDetector(_RegisterDetector):
     def _check_finite_too(self):
         return True
 
-    def observe_scaled_gradients(self, grads):
+    def observe_gradients(self, grads):
         if self._inf_nan_mode():
             return None, nonfinite_flag(grads)
         # Saturation events inside the model were recorded by saturate(); IEEE infs and NaNs of
-        # code outside it are recorded here, with one read pass over the scaled gradients.
+        # code outside it (and of the unscaling) are recorded here, in one read pass.
         flag = nonfinite_flag(grads)
         with tf.control_dependencies([emulation.record(flag > 0)]):
             return tf.identity(flag), None
