@@ -55,7 +55,7 @@ def model_loss(w1, w2, x, boost):
 
 
 def make_manager():
-    return nls.ExponentialUpdateLossScaleManager(2.0 ** 15, incr_every_n_steps=50,
+    return nls.ExponentialUpdateLossScaleManager(2.0 ** 15, incr_every_n_steps=30,
                                                  decr_every_n_nan_or_inf=1, decr_ratio=0.5)
 
 
@@ -103,7 +103,7 @@ def run_graph(steps, windows, width):
     graph.finalize()
     ops_start = len(graph.get_operations())
     per_window = steps // windows
-    rows = []
+    rows, scales = [], set()
     with tf.compat.v1.Session(graph=graph) as sess:
         sess.run(init)
         sess.run(fetch)                       # first run: kernels, allocations
@@ -113,15 +113,16 @@ def run_graph(steps, windows, width):
             for _ in range(per_window):
                 b = boost_for(step)
                 out = sess.run(fetch, {boost: b} if b != 1.0 else None)
+                scales.add(float(out["scale"]))
                 step += 1
             ms = (time.perf_counter() - start) * 1000.0 / per_window
             rows.append((step, rss_mb(), ms, int(out["skipped"])))
         final_scale = float(out["scale"])
         gs = int(sess.run(global_step))
     ops_end = len(graph.get_operations())
-    print("graph mode: %d steps (%d applied, %d skipped), final loss scale %g; graph ops at "
-          "start %d, at end %d (finalized: no op can be added)"
-          % (step, gs, rows[-1][3], final_scale, ops_start, ops_end))
+    print("graph mode: %d steps (%d applied, %d skipped), loss scale between %g and %g, final "
+          "%g; graph ops at start %d, at end %d (finalized: no op can be added)"
+          % (step, gs, rows[-1][3], min(scales), max(scales), final_scale, ops_start, ops_end))
     report("graph mode, %d windows of %d steps" % (windows, per_window), rows, per_window)
     return ops_start, ops_end
 
