@@ -7,8 +7,9 @@ plain Python number (``float`` for floating variables, ``int`` for integer ones)
 * Graph: the variables live in a graph and only a session can read or write them. Pass
   ``session=``; without it the default session (``with sess.as_default():`` or inside
   ``tf.compat.v1.Session()`` used as a context manager) is used; with neither a
-  ``RuntimeError`` says so. The variables are those of ``session.graph``. Loading builds its
-  placeholders and assign ops once per graph and reuses them.
+  ``RuntimeError`` says so. The variables are those of ``session.graph``, also when called
+  outside ``with graph.as_default()`` (where TensorFlow reports eager execution). Loading
+  builds its placeholders and assign ops once per graph and reuses them.
 """
 import numbers
 import weakref
