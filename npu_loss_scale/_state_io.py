@@ -7,8 +7,9 @@ plain Python number (``float`` for floating variables, ``int`` for integer ones)
 * Graph: the variables live in a graph and only a session can read or write them. Pass
   ``session=``; without it the default session (``with sess.as_default():`` or inside
   ``tf.compat.v1.Session()`` used as a context manager) is used; with neither a
-  ``RuntimeError`` says so. The variables are those of ``session.graph``. Loading builds its
-  placeholders and assign ops once per graph and reuses them.
+  ``RuntimeError`` says so. The variables are those of ``session.graph``, also when called
+  outside ``with graph.as_default()`` (where TensorFlow reports eager execution). Loading
+  builds its placeholders and assign ops once per graph and reuses them.
 """
 import numbers
 import weakref
@@ -46,13 +47,16 @@ def _python_value(value, dtype, key=None):
 
 def read(owner, variables_fn, session=None):
     """``{key: number}`` of the variables ``variables_fn()`` returns (a key -> variable dict)."""
-    if tf.executing_eagerly():
+    if session is None and tf.executing_eagerly():
         named = variables_fn()
         return {k: _python_value(v.numpy(), v.dtype, k) for k, v in named.items()}
+    # A session given: its graph's variables, even when called outside that graph (where
+    # executing_eagerly() is True and the eager state would be a different, fresh copy).
     session = _session_or_error(session, type(owner).__name__, "state_dict")
     with session.graph.as_default():
         named = variables_fn()
-        values = session.run({k: tf.convert_to_tensor(v) for k, v in named.items()})
+        # Fetching the variables themselves adds no op (a finalized graph works too).
+        values = session.run(dict(named))
     return {k: _python_value(values[k], named[k].dtype, k) for k in named}
 
 
@@ -133,7 +137,7 @@ def write(owner, variables_fn, state_dict, session=None, limits=None):
     if not isinstance(state_dict, dict):
         raise TypeError("%s.load_state_dict() takes a dict; got %r (type %s)"
                         % (owner_name, state_dict, type(state_dict).__name__))
-    if tf.executing_eagerly():
+    if session is None and tf.executing_eagerly():
         named = variables_fn()
         values = _checked_values(owner_name, named, state_dict, limits)
         for k, var in named.items():

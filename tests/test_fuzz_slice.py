@@ -1,0 +1,83 @@
+"""A seeded slice of the fuzz campaign (scripts/fuzz_campaign.py), and proof that it can fail.
+
+The full campaign (10,000 steps) is one command, see README "Reliability"; this slice runs a few
+hundred steps over every front end with a fixed seed.
+"""
+import io
+import os
+import sys
+
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import fuzz_campaign  # noqa: E402  pylint: disable=wrong-import-position
+
+import npu_loss_scale as nls  # noqa: E402  pylint: disable=wrong-import-position
+
+SEED = 12
+# Cases per front end (graph cases are cheap; a traced or eager case pays its tracing once).
+SLICE = {"npu_graph": ([0, 1, 2], 30), "megatron": ([0, 1, 2], 30),
+         "npu_function": ([0], 40), "grad_scaler": ([0], 40), "keras": ([0], 40)}
+
+
+def _run(frontends, steps, steps_per_case, seed=SEED, cases=None):
+    out = io.StringIO()
+    tally = fuzz_campaign.run_campaign(seed, steps, frontends, cases=cases,
+                                       steps_per_case=steps_per_case, out=out)
+    return tally, out.getvalue()
+
+
+@pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
+def test_a_seeded_slice_finds_no_mismatch(frontend):
+    cases, per_case = SLICE[frontend]
+    tally, text = _run([frontend], None, per_case, cases=cases)
+    assert tally.mismatches == 0, text
+    assert tally.steps == len(cases) * per_case
+    assert tally.injected > 0 and tally.skipped >= 1 and tally.applied > 0, text
+    assert tally.reference_checked > 0, text
+    assert "mismatches 0" in text
+
+
+def test_cases_are_reproducible_from_seed_and_index():
+    assert fuzz_campaign.make_case(7, 3) == fuzz_campaign.make_case(7, 3)
+    assert fuzz_campaign.make_case(7, 3) != fuzz_campaign.make_case(7, 4)
+    case = fuzz_campaign.make_case(7, 3)
+    first, second = fuzz_campaign.make_schedule(case), fuzz_campaign.make_schedule(case)
+    assert [s["injected"] for s in first] == [s["injected"] for s in second]
+
+
+def test_the_campaign_reports_an_optimizer_that_applies_overflowed_steps(monkeypatch):
+    original = nls.NPULossScaleOptimizer._read_and_agree  # pylint: disable=protected-access
+
+    def everything_finite(self, *args, **kwargs):
+        status, end_ops = original(self, *args, **kwargs)
+        return tf.zeros_like(status), end_ops
+
+    monkeypatch.setattr(nls.NPULossScaleOptimizer, "_read_and_agree", everything_finite)
+    tally, text = _run(["npu_graph"], None, 40, cases=[0])
+    assert tally.injected > 0
+    assert tally.mismatches > 0, text
+    assert "step applied but expected skipped" in text
+    assert '"frontend": "npu_graph"' in text           # the failing case's parameters
+
+
+def test_the_campaign_reports_a_scale_rule_that_drifts_from_the_twin(monkeypatch):
+    original = nls.ExponentialUpdateLossScaleManager.update_loss_scale
+
+    def never_decreases(self, finite_grads):  # pylint: disable=unused-argument
+        return original(self, tf.constant(True))
+
+    monkeypatch.setattr(nls.ExponentialUpdateLossScaleManager, "update_loss_scale",
+                        never_decreases)
+    case = fuzz_campaign.make_case(SEED, 0, ("npu_graph",), steps=30)
+    case.update(rule={"name": "exponential", "init": 1024.0, "incr_every": 50,
+                      "decr_every": 1, "incr_ratio": 2.0, "decr_ratio": 0.5},
+                overflow_rate=0.3)
+    tally = fuzz_campaign.Tally()
+    fuzz_campaign.run_case(case, tally)
+    assert tally.injected > 0
+    assert tally.mismatches > 0
+    assert any("the twin has" in f["what"] for f in tally.failures)
