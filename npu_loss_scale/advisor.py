@@ -117,7 +117,8 @@ class LayerAdvice:  # pylint: disable=too-few-public-methods,too-many-instance-a
 class Advice:
     """The advisor's result: ``layers`` (list of :class:`LayerAdvice`, execution order),
     ``init_loss_scale`` (the largest power of two without an observed overflow, capped at
-    ``max_scale``; None when nothing was observed), ``growth_interval``, ``float32_layers``
+    ``max_scale``; None when nothing was observed, 0 when a gradient overflowed even at the
+    observed scale), ``growth_interval``, ``float32_layers``
     (names whose forward pass overflows float16), ``observed_steps`` and
     ``observed_loss_scale``. :meth:`report` renders it as text, :meth:`to_dict` as JSON data."""
 
@@ -147,18 +148,18 @@ class Advice:
                          "mode and did a loss-scale optimizer read the overflow status?")
             return "\n".join(lines)
         if self.init_loss_scale == 0:
-            lines.append("  gradients overflowed even at the observed loss scale (%s): observe "
-                         "again at a lower fixed scale" % self.limiting_layer)
-            return "\n".join(lines)
-        lines.append("  recommended init_loss_scale = %s (2**%d)%s" % (
-            _scale(self.init_loss_scale), int(math.log2(self.init_loss_scale))
-            if self.init_loss_scale > 0 else 0,
-            "" if self.limiting_layer is None else ", limited by %s" % self.limiting_layer))
-        lines.append("  recommended growth interval (incr_every_n_steps) = %d, "
-                     "decr_every_n_nan_or_inf = 2" % self.growth_interval)
-        lines.append("    e.g. ExponentialUpdateLossScaleManager(init_loss_scale=%s, "
-                     "incr_every_n_steps=%d, decr_every_n_nan_or_inf=2, decr_ratio=0.5)"
-                     % (_scale(self.init_loss_scale), self.growth_interval))
+            lines.append("  no advice on the scale: gradients overflowed even at the observed "
+                         "loss scale (%s); keep the layers below in float32 or observe again at "
+                         "a lower fixed scale" % self.limiting_layer)
+        else:
+            lines.append("  recommended init_loss_scale = %s (2**%d)%s" % (
+                _scale(self.init_loss_scale), int(math.log2(self.init_loss_scale)),
+                "" if self.limiting_layer is None else ", limited by %s" % self.limiting_layer))
+            lines.append("  recommended growth interval (incr_every_n_steps) = %d, "
+                         "decr_every_n_nan_or_inf = 2" % self.growth_interval)
+            lines.append("    e.g. ExponentialUpdateLossScaleManager(init_loss_scale=%s, "
+                         "incr_every_n_steps=%d, decr_every_n_nan_or_inf=2, decr_ratio=0.5)"
+                         % (_scale(self.init_loss_scale), self.growth_interval))
         if self.float32_layers:
             lines.append("  %d layer(s) overflow float16 in the forward pass whatever the loss "
                          "scale; keep them in float32:" % len(self.float32_layers))
