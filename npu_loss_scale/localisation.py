@@ -531,12 +531,14 @@ def entry_point_tools(overflow_report=None, advise=None, advise_loss_scale=1.0):
     """What ``python -m npu_loss_scale.emulate --overflow-report FILE --advise FILE`` does around
     the script: localisation on (observe mode with ``advise``), the JSON-lines report written to
     ``overflow_report``, and at the end the advice (:mod:`npu_loss_scale.advisor`) printed to
-    stderr and written as JSON to ``advise``."""
+    stderr and written as JSON to ``advise``. In a rank of several (``--ranks N``) each file
+    name gets ``.rank<RANK_ID>`` before its extension."""
     import sys  # pylint: disable=import-outside-toplevel
     if overflow_report is None and advise is None:
         yield
         return
     previous = set_mode(OBSERVE if advise is not None else OVERFLOW)
+    overflow_report, advise = _per_rank(overflow_report), _per_rank(advise)
     if overflow_report is not None:
         set_report_path(overflow_report)
     if advise is not None:
@@ -556,6 +558,15 @@ def entry_point_tools(overflow_report=None, advise=None, advise_loss_scale=1.0):
             advisor.write_advice(advice, advise)
             print(advice.report(), file=sys.stderr)
             print("npu_loss_scale: advice written to %s" % advise, file=sys.stderr)
+
+
+def _per_rank(path):
+    """``path`` with ``.rank<RANK_ID>`` before its extension in a rank of several (``--ranks N``
+    sets RANK_ID and RANK_SIZE), so the ranks do not write one file."""
+    if path is None or int(os.environ.get("RANK_SIZE", "1") or 1) <= 1:
+        return path
+    root, ext = os.path.splitext(path)
+    return "%s.rank%s%s" % (root, os.environ.get("RANK_ID", "0"), ext)
 
 
 def enable_for_device_dump(dump_path=None, file_name="overflow_report.jsonl"):
