@@ -239,3 +239,19 @@ def test_device_overflow_dump_config_gives_the_same_report_on_cpu(tmp_path):
     assert [(e["step"], e["first"]["op_name"]) for e in entries] == [(2, "big_exp"),
                                                                      (4, "big_exp")]
     assert math.isinf(entries[0]["first"]["magnitude"])
+
+
+def test_each_rank_of_several_writes_its_own_report_file(monkeypatch):
+    monkeypatch.setenv("RANK_SIZE", "2")
+    monkeypatch.setenv("RANK_ID", "1")
+    assert localisation._per_rank("out/overflow.jsonl") == "out/overflow.rank1.jsonl"  # pylint: disable=protected-access
+    monkeypatch.setenv("RANK_SIZE", "1")
+    assert localisation._per_rank("out/overflow.jsonl") == "out/overflow.jsonl"  # pylint: disable=protected-access
+
+
+def test_bad_mode_and_bad_environment_value_are_errors_naming_them(monkeypatch):
+    with pytest.raises(ValueError, match="mode must be one of off, overflow, observe; got 'on'"):
+        localisation.set_mode("on")
+    monkeypatch.setenv(localisation.ENV_VAR, "maybe")
+    with pytest.raises(ValueError, match="NPU_LOSS_SCALE_LOCALISE must be"):
+        localisation._initial_mode()  # pylint: disable=protected-access
