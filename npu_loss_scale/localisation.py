@@ -312,8 +312,8 @@ def note_site(source, overflowed, nan_seen=None, op_name=None, direction=None, d
     ``examples/bert/bert_modeling.py``) calls it to take part in localisation.
     """
     mode = _state["mode"]
-    if mode == OFF:
-        return None
+    if mode == OFF or tf.executing_eagerly():
+        return None   # off, or eager ops run one by one (localisation is for graphs)
     source = tf.convert_to_tensor(source)
     if op_name is None:
         op_name = source.op.name

@@ -148,7 +148,7 @@ def _sat(x):
     holding float16 values, so the next op computes in float32 (the device's matrix unit also
     accumulates float16 products in float32); TensorFlow's float16 CPU kernels are 5-100x
     slower than this emulation and would make the example impractical."""
-    _site_name[0] = x.op.name
+    _site_name[0] = None if tf.executing_eagerly() else x.op.name
     return _half_boundary(x)
 
 
