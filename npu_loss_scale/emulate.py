@@ -27,6 +27,14 @@ Options (before the script):
     were built, how many train ops they built and how many steps those applied and skipped (it
     sets ``NPU_LOSS_SCALE_EMULATE_REPORT``; see the shim's ``npu_loss_scale_optimizer`` module).
     Off by default.
+``--overflow-report FILE``
+    Overflow localisation (:mod:`npu_loss_scale.localisation`): one JSON line per overflowed
+    step in FILE — which ops saturated, forward or backward, dtype, magnitude, in execution
+    order, the first marked.
+``--advise FILE`` [``--advise-loss-scale S``]
+    Loss-scale advisor (:mod:`npu_loss_scale.advisor`): observe every saturation site while
+    the script runs (at its *fixed* loss scale S, default 1), then print the advice and write
+    it as JSON to FILE.
 ``--tf1``
     TF1 mode: ``import tensorflow as tf`` in the script's own files gives TF1 behaviour; see
     :mod:`npu_loss_scale.ascend.tf1`.
@@ -128,7 +136,8 @@ def uninstall_shim():
             del sys.modules[name]
 
 
-_VALUE_OPTIONS = ("--report", "--sat-mode", "--saturate-dtypes", "--precision-mode", "--ranks")
+_VALUE_OPTIONS = ("--report", "--sat-mode", "--saturate-dtypes", "--precision-mode", "--ranks",
+                  "--overflow-report", "--advise", "--advise-loss-scale")
 
 
 def _split(argv):
@@ -180,6 +189,12 @@ def _parse(argv):
                         help="precision_mode for sessions whose config sets none (the device's "
                              "training default is allow_fp32_to_fp16; default here: none, "
                              "float32 as written)")
+    parser.add_argument("--overflow-report", default=None, metavar="FILE",
+                        help="write a JSON-lines overflow localisation report to FILE")
+    parser.add_argument("--advise", default=None, metavar="FILE",
+                        help="observe the script and write loss-scale advice (JSON) to FILE")
+    parser.add_argument("--advise-loss-scale", type=float, default=1.0, metavar="S",
+                        help="the fixed loss scale the observed script runs at (default 1)")
     if module is None and not target and own and own[-1] == "-m":
         parser.error("-m needs a module name to run (-m package.module [args ...])")
     args = parser.parse_args(own)
@@ -192,6 +207,9 @@ def _parse(argv):
             parser.error("--saturate-dtypes must be a comma-separated list of floating dtypes "
                          "(float16, bfloat16, float32, float64); got %r (%s)"
                          % (args.saturate_dtypes, err))
+    if not args.advise_loss_scale > 0 or args.advise_loss_scale == float("inf"):
+        parser.error("--advise-loss-scale must be a positive finite number; got %r"
+                     % args.advise_loss_scale)
     if args.precision_mode is not None:
         from .ascend.precision import PRECISION_MODES  # pylint: disable=import-outside-toplevel
         if args.precision_mode not in PRECISION_MODES:
@@ -273,7 +291,12 @@ def main(argv=None):
         context = saturation.saturate_every_op(dtypes)
     else:
         context = contextlib.nullcontext()
-    with context:
+    tools = contextlib.nullcontext()
+    if args.overflow_report is not None or args.advise is not None:
+        from . import localisation  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        tools = localisation.entry_point_tools(args.overflow_report, args.advise,
+                                               args.advise_loss_scale)
+    with tools, context:
         if args.script is not None:
             runpy.run_path(script, run_name="__main__")
         else:

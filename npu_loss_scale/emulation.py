@@ -265,8 +265,22 @@ def record(overflowed, nan_seen=None):
 
 @_as_is
 def read_slot(slot, name=None):
-    """Reads one slot of the register: int32[8] (slot 0 is what npu_get_float_status_v2 reads)."""
-    return tf.identity(_register().lookup(_slot_keys(slot)), name=name)
+    """Reads one slot of the register: int32[8] (slot 0 is what npu_get_float_status_v2 reads).
+
+    With overflow localisation on (:mod:`npu_loss_scale.localisation`), the read also closes the
+    step's overflow record: a read of a reader's slot (a loss-scale optimizer) decides whether
+    the step is skipped; a read of slot 0 does not say, and closes a step only in a graph
+    without a loss-scale optimizer (one that allocated no reader slot).
+    """
+    words = _register().lookup(_slot_keys(slot))
+    readout = None
+    if localisation.enabled() and (
+            slot != 0 or _state_of(_graphs.outermost_graph()).next_reader == 1):
+        readout = localisation.step_boundary(words, decides_skip=slot != 0)
+    if readout is not None:
+        with tf.control_dependencies([readout]):
+            return tf.identity(words, name=name)
+    return tf.identity(words, name=name)
 
 
 @_as_is
@@ -287,7 +301,16 @@ def npu_get_float_status_v2(name=None):
 
 @_as_is
 def npu_clear_float_status_v2(name=None):
-    """Clears the register (all eight words to zero, for every reader). Returns the op."""
+    """Clears the register (all eight words to zero, for every reader). Returns the op.
+
+    With overflow localisation on, the sites noted so far are discarded with it.
+    """
+    discard = localisation.discard_notes()
+    if discard is not None:
+        with tf.control_dependencies([discard]):
+            return _register().insert(_all_keys(), tf.zeros([READER_SLOTS * STATUS_WORDS],
+                                                            tf.int32),
+                                      name=name or "npu_clear_float_status_v2")
     return _register().insert(_all_keys(), tf.zeros([READER_SLOTS * STATUS_WORDS], tf.int32),
                               name=name or "npu_clear_float_status_v2")
 
@@ -363,21 +386,45 @@ def saturate(x, name=None):
 
 
 @_as_is
-def _saturate(x, name=None):
-    """Saturation regardless of mode and backend (the arithmetic of a device in saturation mode)."""
+def _saturate(x, name=None, site=None, source=None):
+    """Saturation regardless of mode and backend (the arithmetic of a device in saturation mode).
+
+    ``site``: the op name overflow localisation reports for this saturation (default: ``x``'s
+    op); ``source``: the value before rounding to ``x``'s dtype, whose magnitude localisation
+    reports (default ``x``). Both only matter with localisation on.
+    """
     with tf.name_scope(name or "saturate"):
-        return _saturate_with_grad(x)
+        return _saturate_with_grad(x, site, source)
 
 
-def _saturate_gradient(dy):
+_internal = threading.local()
+
+
+def building_internals():
+    """True while the saturation of a gradient is being built in this thread: its own ops
+    (clipping constants, selects) are not ops of the model, and
+    :func:`~npu_loss_scale.saturation.saturate_every_op` leaves them alone."""
+    return getattr(_internal, "depth", 0) > 0
+
+
+def _saturate_gradient(dy, site=None):
     if dy is None:
         return None
     if isinstance(dy, tf.IndexedSlices):
-        return tf.IndexedSlices(_saturate_gradient(dy.values), dy.indices, dy.dense_shape)
+        return tf.IndexedSlices(_saturate_gradient(dy.values, site), dy.indices, dy.dense_shape)
     dy = tf.convert_to_tensor(dy)
-    dy_sat, over, nan = _saturate_values(dy)
-    with tf.control_dependencies([record(over, nan)]):
-        return tf.identity(dy_sat)
+    depth = getattr(_internal, "depth", 0)
+    _internal.depth = depth + 1
+    try:
+        dy_sat, over, nan = _saturate_values(dy)
+        deps = [record(over, nan)]
+        if localisation.enabled() and not tf.executing_eagerly():
+            deps.append(localisation.note_site(dy, over, nan, op_name=site or dy.op.name,
+                                               direction="backward", dtype=dy.dtype))
+        with tf.control_dependencies(deps):
+            return tf.identity(dy_sat)
+    finally:
+        _internal.depth = depth
 
 
 # One gradient function for every saturate() in every graph, registered once. (tf.custom_gradient
@@ -387,33 +434,42 @@ def _saturate_gradient(dy):
 _GRADIENT_NAME = "NpuLossScaleSaturate"
 
 
-def _backward(dy, unused_dx=None):  # pylint: disable=unused-argument
-    return [None, _saturate_gradient(dy)]
+def _backward(dy, unused_dx=None, site=None):  # pylint: disable=unused-argument
+    return [None, _saturate_gradient(dy, site)]
 
 
 @tf.RegisterGradient(_GRADIENT_NAME)
-def _saturate_registered_gradient(unused_op, dy, dx):  # pylint: disable=unused-argument
-    return _backward(dy)
+def _saturate_registered_gradient(op, dy, dx):  # pylint: disable=unused-argument
+    return _backward(dy, site=op.inputs[1].op.name if localisation.enabled() else None)
 
 
-def _record_on_tape(outputs, inputs):
+def _record_on_tape(outputs, inputs, site):
     try:
         from tensorflow.python.eager import record as tape  # pylint: disable=import-outside-toplevel
     except ImportError:  # pragma: no cover - present in TF 2.15 and 2.21
         return
-    tape.record_operation("NpuLossScaleSaturate", outputs, inputs, _backward)
+    tape.record_operation("NpuLossScaleSaturate", outputs, inputs,
+                          lambda dy, dx=None: _backward(dy, dx, site))
 
 
-def _saturate_with_grad(x):
+def _saturate_with_grad(x, site=None, source=None):
     y, over, nan = _saturate_values(x)
-    with tf.control_dependencies([record(over, nan)]):
+    deps = [record(over, nan)]
+    if localisation.enabled() and not tf.executing_eagerly():
+        if source is None and x.op.type == "Cast" and x.op.inputs[0].dtype.is_floating \
+                and x.op.inputs[0].dtype.size > x.dtype.size:
+            source = x.op.inputs[0]   # a rounding cast: the magnitude of the wide value
+        site = site or (x.op.name if source is None else source.op.name)
+        deps.append(localisation.note_site(x if source is None else source, over, nan,
+                                           op_name=site, dtype=x.dtype))
+    with tf.control_dependencies(deps):
         y = tf.identity(y)
     if tf.executing_eagerly():
         return _eager_saturate(x, y)
     graph = tf.compat.v1.get_default_graph()
     with graph.gradient_override_map({"IdentityN": _GRADIENT_NAME}):
         out = tf.raw_ops.IdentityN(input=[tf.stop_gradient(y), x])
-    _record_on_tape(out, [y, x])
+    _record_on_tape(out, [y, x], site)
     return out[0]
 
 
@@ -465,7 +521,7 @@ def reset_register():
 
 
 # At the end: detection imports this module, and only calls into it, at run time.
-from . import _graphs, detection  # noqa: E402  pylint: disable=wrong-import-position,cyclic-import
+from . import _graphs, detection, localisation  # noqa: E402  pylint: disable=wrong-import-position,cyclic-import
 
 __all__ = ["saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
            "npu_alloc_float_status", "npu_get_float_status", "npu_clear_float_status",

@@ -12,12 +12,17 @@ global step after the step (tensors without side effects); then
       loss scale 65536 | overflow no | skipped steps 30 (+0) | global step 170 | iteration 200 | loss 0.3412
       overflow at iteration 3 (global step 0): step skipped, loss scale 4.29497e+09 -> 2.14748e+09, skipped steps 3
 
+  and, with overflow localisation on (:mod:`npu_loss_scale.localisation`), where it came from::
+
+      step 17 skipped: first overflow at bert/encoder/layer_3/attention/Softmax (forward, fp16, 3.1e5), 12 sites | loss scale 65536 -> 32768, skipped steps 4
+
 * it writes TensorBoard scalars (when given ``output_dir`` or ``summary_writer``):
   ``loss_scale/scale``, ``loss_scale/overflow`` (1 = the step overflowed and was skipped),
   ``loss_scale/skipped_steps``, ``loss_scale/global_step``, with ``loss`` ``loss_scale/loss``
   and, with a :class:`~npu_loss_scale.MegatronMixedPrecisionOptimizer`, ``loss_scale/grad_norm``
   and ``loss_scale/num_zeros_in_grad`` (also in the log line: ``grad norm 3 | zeros in grad 1``;
-  NaN and -1 on a skipped step).
+  NaN and -1 on a skipped step); with localisation on, ``loss_scale/overflow_sites`` (sites
+  that overflowed in a skipped step) and the text ``loss_scale/first_overflow``.
   Their step axis is the *training iteration* (applied + skipped steps, i.e.
   ``global_step + skipped_steps``), not ``global_step``: a skipped step does not advance
   ``global_step``, so on that axis a run of overflows would collapse onto one point.
@@ -45,7 +50,7 @@ Example (Estimator ``model_fn``)::
 
 import tensorflow as tf
 
-from . import _checks, detection
+from . import _checks, detection, localisation
 from .optimizer import FINITE_OP_NAME
 from .policy import LOSS_SCALE_TENSOR_NAME
 
@@ -57,6 +62,8 @@ SUMMARY_TAGS = {
     "loss": "loss_scale/loss",
     "grad_norm": "loss_scale/grad_norm",
     "num_zeros_in_grad": "loss_scale/num_zeros_in_grad",
+    "overflow_sites": "loss_scale/overflow_sites",
+    "first_overflow": "loss_scale/first_overflow",
 }
 
 
@@ -91,7 +98,9 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
 
     After a run, :attr:`history` holds one dict per iteration: ``iteration``, ``global_step``,
     ``loss_scale`` (the scale the step used), ``overflow`` (bool, None without an overflow
-    check), ``skipped_steps`` and ``loss``; :attr:`skipped_steps` the latest count.
+    check), ``skipped_steps``, ``loss`` and ``overflow_record`` (the step's
+    :class:`~npu_loss_scale.localisation.StepOverflowRecord` when localisation is on and the step
+    overflowed, else None); :attr:`skipped_steps` the latest count.
     """
 
     def __init__(self, optimizer=None, every_n_steps=100, loss=None, output_dir=None,
@@ -108,6 +117,7 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         self.history = []
         self.skipped_steps = None
         self._tensors = None
+        self._seen_record = None
 
     # -- tensor lookup ----------------------------------------------------------------------
     def _resolve(self, graph):
@@ -211,9 +221,15 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
                   "skipped_steps": self.skipped_steps, "loss": loss,
                   "grad_norm": float(results["grad_norm"]) if "grad_norm" in results else None,
                   "num_zeros_in_grad": (int(results["num_zeros_in_grad"])
-                                        if "num_zeros_in_grad" in results else None)}
+                                        if "num_zeros_in_grad" in results else None),
+                  "overflow_record": self._new_overflow_record() if overflow else None}
         self.history.append(record)
-        if overflow and self._log_overflows:
+        located = record["overflow_record"]
+        if located is not None and self._log_overflows:
+            self._log("step %d skipped: %s | loss scale %s -> %s, skipped steps %d" % (
+                self._iteration, located.summary(), _format_scale(used_scale),
+                _format_scale(new_scale), self.skipped_steps))
+        elif overflow and self._log_overflows:
             self._log("overflow at iteration %d (global step %s): step skipped, loss scale %s -> %s,"
                       " skipped steps %d" % (self._iteration, global_step,
                                              _format_scale(used_scale), _format_scale(new_scale),
@@ -235,6 +251,16 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
                       "this session's), loss scale now %s"
                       % (total, skipped, 100.0 * sum(1 for h in self.history if h["overflow"])
                          / total, _format_scale(self._last_scale)))
+
+    def _new_overflow_record(self):
+        """The localisation record of the step just run (None when localisation is off)."""
+        located = localisation.last_record()
+        if located is None or located is self._seen_record \
+                or located.step != localisation.steps_seen():
+            return None   # none, or one of an earlier step
+        self._seen_record = located
+        located.skipped = True   # this hook saw the step skipped
+        return located
 
     # -- output -----------------------------------------------------------------------------
     def _line(self, record, new_scale):
@@ -278,6 +304,15 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
             if record.get(key) is not None:
                 values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS[key],
                                                          simple_value=float(record[key])))
+        located = record.get("overflow_record")
+        if located is not None:
+            values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["overflow_sites"],
+                                                     simple_value=float(len(located.sites))))
+            text = tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["first_overflow"])
+            text.metadata.plugin_data.plugin_name = "text"
+            text.tensor.dtype = tf.string.as_datatype_enum
+            text.tensor.string_val.append(located.summary().encode("utf-8"))
+            values.append(text)
         self._writer.add_summary(tf.compat.v1.Summary(value=values), record["iteration"])
 
 

@@ -128,12 +128,12 @@ class _EveryOpCallback:
             return None  # eager execution (values cannot be replaced there) or a data move
         if not any(t.dtype in self.dtypes for t in outputs):
             return None
-        if not _active():
-            return None
+        if not _active() or emulation.building_internals():
+            return None   # not saturating now, or the ops of a gradient's own saturation
         replaced = []
         for t in outputs:
             if t.dtype in self.dtypes:
-                replaced.append(emulation._saturate(t))  # pylint: disable=protected-access
+                replaced.append(emulation._saturate(t, site=t.op.name))  # pylint: disable=protected-access
                 self.saturated += 1
             else:
                 replaced.append(t)

@@ -94,7 +94,7 @@ def _round_half(y):
     return value, overflowed, nan_seen
 
 
-def _record_forward(value, overflowed, nan_seen):
+def _record_forward(value, overflowed, nan_seen, source=None, site=None):
     """Records a forward overflow in the emulated float-status register through the package's
     public ``saturate`` (on a two-element float16 indicator holding inf / NaN exactly when the
     boundary overflowed / saw a NaN), so the optimizer keeps it when it clears the register at the
@@ -103,23 +103,38 @@ def _record_forward(value, overflowed, nan_seen):
     zero = tf.constant(0.0, tf.float16)
     indicator = tf.stack([tf.where(overflowed, tf.constant(float("inf"), tf.float16), zero),
                           tf.where(nan_seen, tf.constant(float("nan"), tf.float16), zero)])
-    recorded = emulation.saturate(indicator)
-    with tf.control_dependencies([recorded]):
+    recorded = [emulation.saturate(indicator)]
+    # With overflow localisation on (npu_loss_scale.localisation), the boundary is a site: its
+    # op name and the float32 magnitude before rounding. Off, this adds nothing.
+    from npu_loss_scale import localisation
+    noted = localisation.note_site(source, overflowed, nan_seen, op_name=site,
+                                   direction="forward") if source is not None else None
+    if noted is not None:
+        recorded.append(noted)
+    with tf.control_dependencies(recorded):
         return tf.identity(value)
+
+
+_site_name = [None]   # the op a boundary being built belongs to (for localisation)
 
 
 @tf.custom_gradient
 def _half_boundary(y):
+    site = _site_name[0]
     value, overflowed, nan_seen = _round_half(y)
     if overflowed is not None:
-        value = _record_forward(value, overflowed, nan_seen)
+        value = _record_forward(value, overflowed, nan_seen, source=y, site=site)
 
     def grad(dy):
-        from npu_loss_scale import emulation
+        from npu_loss_scale import emulation, localisation
         dx, g_over, g_nan = _round_half(dy)
         if g_over is None:
             return dx
-        with tf.control_dependencies([emulation.record(g_over, g_nan)]):
+        deps = [emulation.record(g_over, g_nan)]
+        noted = localisation.note_site(dy, g_over, g_nan, op_name=site, direction="backward")
+        if noted is not None:
+            deps.append(noted)
+        with tf.control_dependencies(deps):
             return tf.identity(dx)
 
     return value, grad
@@ -133,6 +148,7 @@ def _sat(x):
     holding float16 values, so the next op computes in float32 (the device's matrix unit also
     accumulates float16 products in float32); TensorFlow's float16 CPU kernels are 5-100x
     slower than this emulation and would make the example impractical."""
+    _site_name[0] = None if tf.executing_eagerly() else x.op.name
     return _half_boundary(x)
 
 

@@ -8,7 +8,11 @@ the adapter accepts is accepted here, checked as the device checks it, and recor
 * ``precision_mode``: honoured — it goes into the session config's ``NpuOptimizer``
   ``parameter_map`` and the eligible ops compute in float16 with saturation
   (:mod:`npu_loss_scale.ascend.precision`);
-* ``dump_config``, ``profiling_config``: recorded (no device to dump or profile);
+* ``dump_config``: a ``DumpConfig(enable_dump_debug=True)`` (the device's overflow dump) turns
+  on overflow localisation (:mod:`npu_loss_scale.localisation`) for the graphs built after it
+  and writes its JSON-lines report to ``<dump_path>/overflow_report.jsonl``; a tensor dump
+  (``enable_dump=True``) is recorded only (fetch the tensors instead);
+* ``profiling_config``: recorded (no device to profile);
 * compilation, memory, tuning, HCCL and placement options: recorded only; they steer the
   device's graph compiler and runtime, which a CPU does not have.
 
@@ -43,7 +47,8 @@ _DUMP_DEBUG_MODES = ("aicore_overflow", "atomic_overflow", "all")
 
 
 class DumpConfig:
-    """Dump settings of the device (recorded; on CPU fetch the tensors instead)."""
+    """Dump settings of the device. The overflow dump (``enable_dump_debug=True``) becomes
+    overflow localisation on CPU (see the module); tensor dumps are recorded only."""
 
     def __init__(self, enable_dump=False, dump_path=None, dump_step=None, dump_mode="output",
                  enable_dump_debug=False, dump_debug_mode="all", dump_data="tensor",
@@ -65,6 +70,10 @@ class DumpConfig:
         self._dump_debug_mode = dump_debug_mode
         self._dump_data = dump_data
         self._dump_layer = dump_layer
+        self.overflow_report = None
+        if enable_dump_debug:
+            from npu_loss_scale import localisation  # pylint: disable=import-outside-toplevel
+            self.overflow_report = localisation.enable_for_device_dump(dump_path)
 
 
 class DynamicInputConfig:
