@@ -423,6 +423,52 @@ def test_overflow_sites_say_when_nothing_is_recorded_or_localisation_is_missing(
         overflow_sites()
 
 
+def test_overflow_sites_of_a_real_step_name_the_op_that_overflowed(pytester):
+    """With the real localisation module: a softmax fed huge fp16 logits is named, forward, and
+    the helpers read the step report of the optimizer that skipped it."""
+    result = _run_inner(pytester, test_user_sites="""
+        import numpy as np
+        import tensorflow as tf
+        import npu_loss_scale as nls
+        from npu_loss_scale import localisation, saturation
+        from npu_loss_scale.pytest_plugin import (assert_no_overflow, assert_step_skipped,
+                                                  overflow_sites)
+
+        def test_the_softmax_exp_overflows_first(npu_device):
+            localisation.enable()
+            try:
+                with tf.Graph().as_default():
+                    with saturation.saturate_every_op():
+                        x = tf.compat.v1.placeholder(tf.float16, [2, 4], name="x")
+                        w = tf.compat.v1.get_variable("w", initializer=tf.eye(4) * 4.0)
+                        logits = tf.matmul(x, tf.cast(w, tf.float16), name="logits")
+                        e = tf.exp(logits, name="softmax_exp")
+                        probs = e / tf.reduce_sum(e, axis=-1, keepdims=True)
+                        loss = -tf.reduce_mean(tf.math.log(tf.cast(probs, tf.float32) + 1e-3))
+                        opt = nls.NPULossScaleOptimizer(
+                            tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                            nls.FixedLossScaleManager(1.0))
+                        train = opt.minimize(
+                            loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+                    with tf.compat.v1.Session() as sess:
+                        sess.run(tf.compat.v1.global_variables_initializer())
+                        _, report = sess.run([train, opt.step_report],
+                                             {x: np.ones([2, 4], np.float16)})
+                        assert_no_overflow(report)
+                        _, report = sess.run([train, opt.step_report],
+                                             {x: np.full([2, 4], 3.0, np.float16)})
+                        assert_step_skipped(report)
+                sites = overflow_sites()
+                assert sites[0].op_name == "softmax_exp" and sites[0].first
+                assert sites[0].direction == "forward" and sites[0].dtype == "float16"
+                assert "logits" not in [s.op_name for s in sites]
+            finally:
+                localisation.disable()
+                localisation.reset()
+        """)
+    result.assert_outcomes(passed=1)
+
+
 # -- npu_ranks ------------------------------------------------------------------------------------------
 RANK_TESTS = """
     import os
