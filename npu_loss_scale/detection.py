@@ -46,7 +46,7 @@ import threading
 
 import tensorflow as tf
 
-from . import _checks, emulation
+from . import _checks, emulation, localisation
 
 ENV_VAR = "NPU_LOSS_SCALE_BACKEND"
 _as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
@@ -149,7 +149,18 @@ def _ieee_status(grads, known_flags):
     flags = list(known_flags)
     if grads or not flags:
         flags.append(nonfinite_flag(grads))
-    return _status(flags)
+    status = _status(flags)
+    # With overflow localisation on, this read closes the step's record, as a register read
+    # does in saturation mode (the sites noted in INF/NaN mode, or by saturation when the
+    # inf_nan backend runs on an emulated device in saturation mode).
+    readout = None
+    if localisation.enabled():
+        with tf.control_dependencies([status]):   # after the gradients and their sites
+            readout = localisation.step_boundary(status)
+    if readout is not None:
+        with tf.control_dependencies([readout]):
+            status = tf.identity(status)
+    return status
 
 
 class InfNanDetector(OverflowDetector):

@@ -380,6 +380,9 @@ def saturate(x, name=None):
     """
     x = tf.convert_to_tensor(x)
     _check_floating("x", x)
+    if _localising_ieee():
+        with tf.name_scope(name or "saturate"):
+            return _note_ieee(x)
     if _device_plugin() is not None or is_inf_nan_enabled():
         return tf.identity(x, name=name)
     return _saturate(x, name=name)
@@ -471,6 +474,63 @@ def _saturate_with_grad(x, site=None, source=None):
         out = tf.raw_ops.IdentityN(input=[tf.stop_gradient(y), x])
     _record_on_tape(out, [y, x], site)
     return out[0]
+
+
+# -- INF/NaN mode with overflow localisation on ---------------------------------------------------
+# In INF/NaN mode values pass unchanged and the register is left alone; with localisation on, a
+# place where the device would have saturated still notes its site (an inf or a NaN there, on the
+# forward value or on the gradient flowing back), so an overflowed step gets the same record.
+_IEEE_GRADIENT_NAME = "NpuLossScaleNoteIeee"
+
+
+def _localising_ieee():
+    """True while building a graph in INF/NaN mode with overflow localisation on (emulation)."""
+    return (localisation.enabled() and is_inf_nan_enabled() and _device_plugin() is None
+            and not tf.executing_eagerly())
+
+
+def _ieee_note(value, source, site, direction):
+    flag_inf = tf.reduce_any(tf.math.is_inf(value))
+    flag_nan = tf.reduce_any(tf.math.is_nan(value))
+    return localisation.note_site(source, flag_inf, flag_nan, op_name=site, direction=direction,
+                                  dtype=value.dtype)
+
+
+@_as_is
+def _note_ieee(x, site=None, source=None):
+    """``x`` unchanged (INF/NaN mode), its site noted for localisation, forward and backward."""
+    if source is None and x.op.type == "Cast" and x.op.inputs[0].dtype.is_floating \
+            and x.op.inputs[0].dtype.size > x.dtype.size:
+        source = x.op.inputs[0]   # a rounding cast: the magnitude of the wide value
+    site = site or (x.op.name if source is None else source.op.name)
+    note = _ieee_note(x, x if source is None else source, site, None)
+    with tf.control_dependencies([note]):
+        y = tf.identity(x)
+    graph = tf.compat.v1.get_default_graph()
+    with graph.gradient_override_map({"IdentityN": _IEEE_GRADIENT_NAME}):
+        out = tf.raw_ops.IdentityN(input=[tf.stop_gradient(y), x])
+    return out[0]
+
+
+def _note_ieee_gradient(dy, site):
+    if dy is None:
+        return None
+    if isinstance(dy, tf.IndexedSlices):
+        return tf.IndexedSlices(_note_ieee_gradient(dy.values, site), dy.indices, dy.dense_shape)
+    dy = tf.convert_to_tensor(dy)
+    depth = getattr(_internal, "depth", 0)
+    _internal.depth = depth + 1
+    try:
+        note = _ieee_note(dy, dy, site or dy.op.name, "backward")
+        with tf.control_dependencies([note] if note is not None else []):
+            return tf.identity(dy)
+    finally:
+        _internal.depth = depth
+
+
+@tf.RegisterGradient(_IEEE_GRADIENT_NAME)
+def _note_ieee_registered_gradient(op, dy, dx):  # pylint: disable=unused-argument
+    return [None, _note_ieee_gradient(dy, op.inputs[1].op.name)]
 
 
 def _eager_saturate(x, y):

@@ -128,12 +128,18 @@ class _EveryOpCallback:
             return None  # eager execution (values cannot be replaced there) or a data move
         if not any(t.dtype in self.dtypes for t in outputs):
             return None
-        if not _active() or emulation.building_internals():
-            return None   # not saturating now, or the ops of a gradient's own saturation
+        if emulation.building_internals():
+            return None   # the ops of a gradient's own saturation
+        if _active():
+            apply = emulation._saturate  # pylint: disable=protected-access
+        elif emulation._localising_ieee():  # pylint: disable=protected-access
+            apply = emulation._note_ieee  # INF/NaN mode: values kept, sites noted  pylint: disable=protected-access
+        else:
+            return None   # not saturating now
         replaced = []
         for t in outputs:
             if t.dtype in self.dtypes:
-                replaced.append(emulation._saturate(t, site=t.op.name))  # pylint: disable=protected-access
+                replaced.append(apply(t, site=t.op.name))
                 self.saturated += 1
             else:
                 replaced.append(t)
