@@ -7,7 +7,7 @@ Three backends answer that question:
 ``emulation``
     The CPU stand-in of the device register (:mod:`npu_loss_scale.emulation`): overflow recorded
     by :func:`~npu_loss_scale.emulation.saturate` inside the model, and IEEE infs and NaNs (of
-    code outside ``saturate``) found in the gradients.
+    code outside ``saturate``) found in the scaled gradients.
 ``inf_nan``
     Plain IEEE check: some gradient holds an inf or a NaN (what TensorFlow's own optimizer does).
 
@@ -18,8 +18,8 @@ real). :func:`get_backend_name` says which one applies.
 
 Each backend takes part in a training step at these points::
 
-    observe_gradients(grads)        -> (tensor the read waits for or None, flag or None), built on
-                                       the gradients compute_gradients has just unscaled
+    observe_scaled_gradients(grads) -> op run on the still-scaled gradients (the device sees these),
+                                       or None
     reader()                        -> a handle for one reader (one optimizer in one graph)
     read_status(grads, reader)      -> float32 vector, all zeros <=> no overflow since this
                                        reader's previous read; read only after every gradient
@@ -60,12 +60,6 @@ def nonfinite_flag(grads):
     float64) and the per-tensor sums are reduced once. An inf or NaN anywhere makes the sum
     non-finite. A sum of finite values overflows only for values around 1e31 and more; such a
     step is skipped too (the loss scale then comes down), which never lets an overflow through.
-
-    The optimizer applies it to the gradients it has just unscaled, not to the scaled ones: the
-    unscaling multiply is then the only consumer of a scaled gradient and TensorFlow runs it in
-    place (no new gradient-sized buffer per step), and each sum reads a product that was just
-    written (still in cache for all but the largest tensors). Multiplying by ``1 / loss_scale``
-    keeps an inf an inf and a NaN a NaN, and a product that overflows is an overflow too.
     """
     sums = []
     for values in emulation.floating_values(grads):
@@ -112,12 +106,11 @@ class OverflowDetector(abc.ABC):
 
     name = None
 
-    def observe_gradients(self, grads):  # pylint: disable=unused-argument
-        """(tensor the read must wait for or None, float32 flag or None) for ``grads``, the
-        gradients ``compute_gradients`` has just unscaled.
+    def observe_scaled_gradients(self, grads):  # pylint: disable=unused-argument
+        """(tensor the read must wait for or None, float32 flag or None).
 
         The flag (1 = overflow) stands for these gradients at the read; None means the
-        register covers them (no pass over gradient values).
+        register covers them. Nothing here delays the unscaling of the gradients.
         """
         return None, None
 
@@ -130,8 +123,8 @@ class OverflowDetector(abc.ABC):
         """float32 vector whose entries are all zero exactly when nothing overflowed.
 
         ``grads``: gradients to check that no observation covers; ``known_flags``: flags of
-        gradients observed when ``compute_gradients`` unscaled them (no second pass over them);
-        ``wait_for``: tensors the read must run after (every gradient of the step).
+        gradients observed in scaled form (no second pass over them); ``wait_for``: tensors the
+        read must run after (every gradient of the step).
         """
 
     def end_step(self, status, reader=None):  # pylint: disable=unused-argument
@@ -168,7 +161,7 @@ class InfNanDetector(OverflowDetector):
 
     name = "inf_nan"
 
-    def observe_gradients(self, grads):
+    def observe_scaled_gradients(self, grads):
         return None, nonfinite_flag(grads)
 
     def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
@@ -191,7 +184,7 @@ class _RegisterDetector(OverflowDetector):
         """In saturation mode, also count IEEE infs/NaNs in gradients no observation covers."""
         return False
 
-    def observe_gradients(self, grads):
+    def observe_scaled_gradients(self, grads):
         if self._inf_nan_mode():
             return None, nonfinite_flag(grads)
         return None, None
@@ -220,9 +213,9 @@ class EmulationDetector(_RegisterDetector):
     overflow is recorded in all slots, so optimizers whose train ops run in one ``session.run``
     each see every overflow since their own previous read. Because code outside
     :func:`~npu_loss_scale.emulation.saturate` still produces IEEE infs and NaNs on a CPU, the
-    gradients are checked for them in one read pass when ``compute_gradients`` unscales them
-    (the result goes into the register, as the device's would record an overflow of the
-    unscaling multiply), and gradients no such check covers are checked at the read.
+    scaled gradients are checked for them in one read pass when ``compute_gradients`` builds
+    them (the result goes into the register), and gradients no such check covers are checked
+    at the read.
     """
 
     name = "emulation"
@@ -247,11 +240,11 @@ class EmulationDetector(_RegisterDetector):
     def _check_finite_too(self):
         return True
 
-    def observe_gradients(self, grads):
+    def observe_scaled_gradients(self, grads):
         if self._inf_nan_mode():
             return None, nonfinite_flag(grads)
         # Saturation events inside the model were recorded by saturate(); IEEE infs and NaNs of
-        # code outside it (and of the unscaling) are recorded here, in one read pass.
+        # code outside it are recorded here, with one read pass over the scaled gradients.
         flag = nonfinite_flag(grads)
         with tf.control_dependencies([emulation.record(flag > 0)]):
             return tf.identity(flag), None

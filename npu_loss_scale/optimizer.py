@@ -323,7 +323,7 @@ class NPULossScaleOptimizer(_Base):
         return var.ref() if hasattr(var, "ref") else id(var)
 
     def _mark_observed(self, grads_and_vars, check):
-        """Remembers, in the graph being built, that these gradients were checked when unscaled
+        """Remembers, in the graph being built, that these gradients were checked in scaled form
         (``check``: (tensor the read waits for or None, their overflow flag or None when the
         register covers them))."""
         if tf.executing_eagerly():
@@ -423,12 +423,10 @@ class NPULossScaleOptimizer(_Base):
         variables = [v for g, v in grads_and_vars if g is not None]
         if not self._check_overflow:
             return list(zip(self._unscale_grads(grads), [v for _, v in grads_and_vars]))
-        # The check: one read pass over the gradients just unscaled (none on the npu backend:
-        # the register). Checking the products, not the scaled gradients, leaves the multiply
-        # the only reader of a scaled gradient, so it runs in place, and each sum reads what
-        # was just written. Nothing waits for the check but the read in apply_gradients.
+        # The check of the scaled gradients: one read pass (or none: the npu register). It runs
+        # beside the unscaling (nothing waits for it but the read in apply_gradients).
+        wait, flag = self._detector.observe_scaled_gradients(grads)
         unscaled = self._unscale_grads(grads)
-        wait, flag = self._detector.observe_gradients(unscaled)
         self._mark_observed([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
                              if g is not None], (wait, flag))
         return list(zip(unscaled, [v for _, v in grads_and_vars]))

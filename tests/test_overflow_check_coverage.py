@@ -1,4 +1,4 @@
-"""The overflow check of compute_gradients runs on the unscaled gradients, one sum per tensor:
+"""The overflow check of compute_gradients runs on the scaled gradients, one sum per tensor:
 a single inf or NaN anywhere in any gradient (the largest one included, at its first, a middle or
 its last element) must make the step skip, even when the gradients are clipped elementwise before
 apply_gradients (which turns an inf into a finite value)."""
@@ -64,18 +64,20 @@ def test_an_inf_clipped_to_a_finite_value_after_compute_gradients_still_skips(ba
 
 
 @pytest.mark.parametrize("backend", ["inf_nan", "emulation"])
-def test_the_unscaling_multiply_is_the_only_reader_of_a_scaled_gradient(backend):
-    """So TensorFlow runs it in place (no new gradient-sized buffer per step); the check reads
-    the product."""
+def test_a_scaled_gradient_that_overflows_skips_even_where_the_unscaled_one_is_finite(backend):
+    """d(w * x * 2**20)/dw = 1e34 * 2**20 overflows float32, as it would on the device; the
+    unscaled value 1e34 is finite. Checking the product of the unscaling instead would let the
+    step through: TensorFlow's graph optimizer may fold (x * S) * (1 / S) into x."""
     with tf.Graph().as_default():
-        ws = [tf.compat.v1.get_variable("w%d" % i, shape=s) for i, s in enumerate(SHAPES)]
-        loss = tf.add_n([tf.reduce_sum(w * w) for w in ws])
+        x = tf.compat.v1.placeholder(tf.float32, [])
+        w = tf.compat.v1.get_variable("w", [], initializer=tf.ones_initializer())
         opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(LR),
-                                        nls.FixedLossScaleManager(2 ** 10), backend=backend)
-        grads_and_vars = opt.compute_gradients(loss, ws)
-        opt.apply_gradients(grads_and_vars)
-        for g, _ in grads_and_vars:
-            assert g.op.type == "Mul"
-            scaled = [t for t in g.op.inputs if t.shape.num_elements() > 1]
-            assert len(scaled) == 1 and scaled[0].consumers() == [g.op]
-            assert "Sum" in [op.type for op in g.consumers()]
+                                        nls.FixedLossScaleManager(2.0 ** 20), backend=backend)
+        train = opt.minimize(w * x)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train, {x: np.float32(2.0)})
+            assert sess.run(w) == 1.0 - LR * 2.0
+            sess.run(train, {x: np.float32(1e34)})
+            assert sess.run(w) == 1.0 - LR * 2.0
+            assert sess.run(opt.skipped_steps) == 1
