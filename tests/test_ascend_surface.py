@@ -473,3 +473,72 @@ def test_tf1_mnist_reads_the_files_a_script_points_it_at(tmp_path):
     with pytest.raises(FileNotFoundError, match="t10k-images-idx3-ubyte.gz"):
         (tmp_path / "t10k-images-idx3-ubyte.gz").unlink()
         tf1_mnist.read_data_sets(str(tmp_path))
+
+
+# -- TF1 Keras: model.fit in the session set_keras_session_npu_config makes -------------------------
+KERAS_SCRIPT = os.path.join(HERE, "scripts", "tf1_keras", "train.py")
+
+
+def _keras_2():
+    try:
+        return hasattr(tf.compat.v1.keras.backend, "set_session")
+    except ImportError:
+        return False
+
+
+def _run_keras_script(tmp_path, *args):
+    report = tmp_path / "report.json"
+    env = dict(os.environ)
+    for name in (detection.ENV_VAR, emulation.MODE_ENV_VAR, "RANK_SIZE",
+                 "NPU_LOSS_SCALE_EMULATE_REPORT"):
+        env.pop(name, None)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    result = subprocess.run(
+        [sys.executable, "-m", "npu_loss_scale.emulate", "--report", str(report), "--tf1",
+         KERAS_SCRIPT, "--init_loss_scale=65536", "--epochs=2", "--steps_per_epoch=6"]
+        + list(args), env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300,
+        check=False)
+    return result, report
+
+
+def test_tf1_keras_script_trains_in_the_npu_session_and_skips_float16_overflows(tmp_path):
+    """allow_mix_precision from the session config reaches the model Keras builds after the
+    session exists: the float16 matmuls overflow at 2**16, those batches are skipped (Keras's
+    iteration count does not move, the scale halves), the others apply and the loss falls."""
+    result, report = _run_keras_script(tmp_path)
+    if not _keras_2():  # TF 2.16+: tf.keras is Keras 3, without TF1 sessions
+        assert result.returncode != 0
+        assert "npu_bridge.npu_init.set_keras_session_npu_config is not emulated with this " \
+            "TensorFlow: its tf.keras is Keras 3" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert events[0] == {"event": "start", "tf_module": "tensorflow.compat.v1"}
+    batches = [(e["loss_scale"], e["iterations"]) for e in events if e["event"] == "batch"]
+    assert len(batches) == 12
+    scale, iterations, skipped = 65536.0, 0, 0
+    for after, its in batches:
+        if its == iterations:          # skipped: weights kept, scale halved
+            assert after == scale / 2
+            skipped += 1
+        else:                          # applied: one more iteration, scale kept
+            assert (its, after) == (iterations + 1, scale)
+        scale, iterations = after, its
+    assert skipped >= 1 and iterations >= 6
+    counts = json.loads(report.read_text())
+    assert (counts["steps_applied"], counts["steps_skipped"]) == (iterations, skipped)
+    done = events[-1]
+    assert done["event"] == "done" and done["last_loss"] < done["first_loss"]
+
+
+def test_tf1_keras_script_in_force_fp32_applies_every_step(tmp_path):
+    result, report = _run_keras_script(tmp_path, "--precision_mode=force_fp32")
+    if not _keras_2():
+        assert result.returncode != 0 and "is not emulated with this TensorFlow" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    batches = [(e["loss_scale"], e["iterations"]) for e in events if e["event"] == "batch"]
+    assert batches == [(65536.0, i) for i in range(1, 13)]
+    counts = json.loads(report.read_text())
+    assert (counts["steps_applied"], counts["steps_skipped"]) == (12, 0)
