@@ -542,3 +542,48 @@ def test_tf1_keras_script_in_force_fp32_applies_every_step(tmp_path):
     assert batches == [(65536.0, i) for i in range(1, 13)]
     counts = json.loads(report.read_text())
     assert (counts["steps_applied"], counts["steps_skipped"]) == (12, 0)
+
+
+# -- TF1 mode: Keras module paths that moved -----------------------------------------------------------
+_MOVED_KERAS_SCRIPT = """\
+import json, sys
+import tensorflow as tf
+sys.path.insert(0, sys.argv[1])
+import installed_lib
+from tensorflow.python.keras import backend as K
+from tensorflow.python.keras.layers import Dense
+from tensorflow.python.keras._impl.keras.layers import Conv2D
+import tensorflow.python.keras.backend as KB
+from keras.layers.core import Dense as CoreDense
+from keras.backend_config import epsilon
+from keras.utils.control_flow_util import smart_cond
+print(json.dumps({"K": K is tf.keras.backend or K.epsilon is tf.keras.backend.epsilon,
+                  "Dense": Dense is tf.keras.layers.Dense,
+                  "Conv2D": Conv2D is tf.keras.layers.Conv2D,
+                  "KB": KB is K, "CoreDense": CoreDense is tf.keras.layers.Dense,
+                  "epsilon": epsilon(), "smart_cond": callable(smart_cond),
+                  "library_keras": installed_lib.K.__name__}))
+"""
+
+
+def test_tf1_mode_maps_moved_keras_paths_in_user_files_only(tmp_path):
+    """TF 1.15's tensorflow.python.keras and TF 2.6's keras.layers.core/backend_config/
+    utils.control_flow_util give tf.keras's own classes in the script; an installed library
+    (a folder with install metadata) importing tensorflow.python.keras keeps what it gets."""
+    app, lib = tmp_path / "app", tmp_path / "lib"
+    app.mkdir()
+    (lib / "installed_lib-1.0.dist-info").mkdir(parents=True)
+    (lib / "installed_lib.py").write_text("from tensorflow.python.keras import backend as K\n")
+    (app / "train.py").write_text(_MOVED_KERAS_SCRIPT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(app / "train.py"), str(lib)], env=env, cwd=str(tmp_path),
+                            capture_output=True, text=True, timeout=300, check=False)
+    if not _keras_2():  # Keras 3: no TF1 Keras, nothing mapped; TF 1.4 paths stay missing
+        assert result.returncode != 0
+        assert "No module named 'tensorflow.python.keras._impl'" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "K": True, "Dense": True, "Conv2D": True, "KB": True, "CoreDense": True,
+        "epsilon": 1e-07, "smart_cond": True, "library_keras": "tensorflow.python.keras.backend"}

@@ -28,8 +28,11 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
 * ``tensorflow.examples.tutorials.mnist.input_data`` reads the MNIST files a script points it at
   (:mod:`npu_loss_scale.ascend.tf1_mnist`).
 
-What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces, moved
-``tensorflow.python.keras`` paths and TF 2.6 ``keras.*`` locations.
+* Keras module paths that moved (:func:`moved_keras_module`): ``tensorflow.python.keras.*`` (TF
+  1.15's ``tf.keras``) and TF 2.6 ``keras.*`` locations such as ``keras.layers.core`` resolve to
+  the modules of the installed ``tf.keras`` when it is Keras 2.
+
+What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
 import builtins
 import os
@@ -150,6 +153,84 @@ def _import_contrib(v1, name, fromlist):
     return module
 
 
+_TF_KERAS = "tensorflow.python.keras"
+
+
+def _keras_2_src():
+    """Whether ``tf.keras`` is Keras 2 with its modules under ``keras.src`` (TF 2.13 to 2.15)."""
+    if "keras_src" not in _state:
+        import importlib  # pylint: disable=import-outside-toplevel
+        try:
+            import tensorflow as tf  # pylint: disable=import-outside-toplevel
+            _state["keras_src"] = (hasattr(tf.compat.v1.keras.backend, "set_session")
+                                   and importlib.util.find_spec("keras.src") is not None)
+        except (ImportError, ValueError):
+            _state["keras_src"] = False
+    return _state["keras_src"]
+
+
+def moved_keras_module(name):
+    """Where a Keras module path of TF 1.15 or TF 2.6 lives now, or None to import as is.
+
+    * ``tensorflow.python.keras[.x]`` (and TF 1.4's ``tensorflow.python.keras._impl.keras[.x]``)
+      is ``tf.keras`` in TF 1.15; in TF 2.13 to 2.15 TensorFlow still ships that folder, but as a
+      separate, frozen copy of Keras whose layers do not mix with ``tf.keras`` models, so it maps
+      to ``keras.src[.x]``, the modules ``tf.keras`` is made of;
+    * ``keras.x`` where TF 2.6's Keras had a module (``keras.layers.core``,
+      ``keras.backend_config``, ``keras.utils.control_flow_util``, ``keras.engine``, ...) and the
+      installed Keras 2 has it under ``keras.src.x`` (tried only when ``keras.x`` is missing).
+
+    With Keras 3 (TF 2.16 and later) nothing is mapped: its modules are laid out differently.
+    """
+    if not _keras_2_src():
+        return None
+    if name == _TF_KERAS or name.startswith(_TF_KERAS + "."):
+        rest = name[len(_TF_KERAS):]
+        if rest == "._impl.keras" or rest.startswith("._impl.keras."):
+            rest = rest[len("._impl.keras"):]
+        return "keras.src" + rest
+    if name.startswith("keras.") and not name.startswith("keras.src."):
+        return "keras.src" + name[len("keras"):]
+    return None
+
+
+class _PathProxy:
+    """What ``import a.b.c`` binds ``a`` to when ``a.b.c`` was mapped elsewhere: ``a``'s
+    attributes, except that the path ``.b.c`` leads to the mapped module."""
+
+    def __init__(self, real, child, value):
+        object.__setattr__(self, "_proxy", (real, child, value))
+
+    def __getattr__(self, item):
+        real, child, value = object.__getattribute__(self, "_proxy")
+        if item == child:
+            return value
+        return getattr(real, item)
+
+    def __repr__(self):
+        real, _, _ = object.__getattribute__(self, "_proxy")
+        return repr(real)
+
+
+def _import_moved(original, name, target, globals_, locals_, fromlist):
+    """``import``/``from ... import`` of ``name`` in user code, resolved to module ``target``."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    module = importlib.import_module(target)
+    if fromlist:
+        original(target, globals_, locals_, fromlist, 0)  # imports the submodules named
+        return module
+    parts = name.split(".")
+    value = module
+    for depth in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:depth])
+        try:
+            real = importlib.import_module(parent)
+        except ImportError:
+            real = None
+        value = _PathProxy(real, parts[depth], value)
+    return value
+
+
 def enable(user_roots):
     """Turns TF1 mode on for files under ``user_roots`` (idempotent)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -172,11 +253,22 @@ def enable(user_roots):
             name = "tensorflow" + name[len("tensorflow_core"):]  # TF 1.15's real package name
         if user and (name == "tensorflow.contrib" or name.startswith("tensorflow.contrib.")):
             return _import_contrib(v1, name, fromlist)
+        moved = moved_keras_module(name) if user else None
+        if moved is not None and name.startswith(_TF_KERAS):
+            try:
+                return _import_moved(original, name, moved, globals, locals, fromlist)
+            except ModuleNotFoundError:
+                pass  # no counterpart in tf.keras: the frozen copy TensorFlow ships
         try:
             module = original(name, globals, locals, fromlist, level)
         except ModuleNotFoundError as err:
             if level == 0 and name.startswith("tensorflow.contrib"):
                 raise ModuleNotFoundError(_CONTRIB % name, name=name) from err
+            if moved is not None and err.name is not None and name.startswith(err.name):
+                try:
+                    return _import_moved(original, name, moved, globals, locals, fromlist)
+                except ModuleNotFoundError:
+                    pass
             raise
         if user and name == "tensorflow":
             return v1
