@@ -587,3 +587,27 @@ def test_tf1_mode_maps_moved_keras_paths_in_user_files_only(tmp_path):
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
         "K": True, "Dense": True, "Conv2D": True, "KB": True, "CoreDense": True,
         "epsilon": 1e-07, "smart_cond": True, "library_keras": "tensorflow.python.keras.backend"}
+
+
+def test_tf1_mode_gives_user_files_the_names_tf2_moved_out_of_framework_ops(tmp_path):
+    script = tmp_path / "uses_ops.py"
+    script.write_text(
+        "import json\n"
+        "import tensorflow as tf\n"
+        "from tensorflow.python.framework import ops, dtypes\n"
+        "from tensorflow.python.framework.ops import Tensor\n"
+        "import tensorflow.python.framework.ops as ops2\n"
+        "print(json.dumps([ops.Tensor is tf.Tensor, Tensor is tf.Tensor, ops2.Tensor is tf.Tensor,\n"
+        "                  ops.IndexedSlices is tf.IndexedSlices,\n"
+        "                  isinstance(tf.constant(1.0), ops.Tensor),\n"
+        "                  ops.get_default_graph() is tf.get_default_graph(),\n"
+        "                  dtypes.float32 == tf.float32]))\n"
+        "ops.not_a_name\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(script)], env=env, cwd=str(tmp_path), capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [True] * 7, result.stderr[-3000:]
+    assert result.returncode != 0
+    assert "module 'tensorflow.python.framework.ops' has no attribute 'not_a_name'" \
+        in result.stderr

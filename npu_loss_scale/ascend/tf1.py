@@ -30,7 +30,9 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
 
 * Keras module paths that moved (:func:`moved_keras_module`): ``tensorflow.python.keras.*`` (TF
   1.15's ``tf.keras``) and TF 2.6 ``keras.*`` locations such as ``keras.layers.core`` resolve to
-  the modules of the installed ``tf.keras`` when it is Keras 2.
+  the modules of the installed ``tf.keras`` when it is Keras 2;
+* ``tensorflow.python.framework.ops`` in user files also has the TF 1.15 names TF 2.x moved out
+  of it (``ops.Tensor``, ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...).
 
 What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
@@ -231,6 +233,59 @@ def _import_moved(original, name, target, globals_, locals_, fromlist):
     return value
 
 
+_OPS = "tensorflow.python.framework.ops"
+# TF 1.15 names of tensorflow.python.framework.ops that TF 2.x moved to other modules, by the
+# public name of the same object (``ops.Tensor`` is used by 18 ModelZoo files)
+_OPS_MOVED = {"Tensor": "Tensor", "IndexedSlices": "IndexedSlices",
+              "IndexedSlicesValue": "IndexedSlicesValue",
+              "register_tensor_conversion_function": "register_tensor_conversion_function",
+              "convert_to_tensor_v2": "convert_to_tensor", "name_scope_v2": "name_scope"}
+
+
+def _framework_ops():
+    """``tensorflow.python.framework.ops`` as user code sees it: TF 2.x's module plus the TF 1.15
+    names that moved out of it (:data:`_OPS_MOVED`)."""
+    if "ops" not in _state:
+        import types  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
+
+        class _Ops(types.ModuleType):
+            def __getattr__(self, item):
+                try:
+                    return getattr(ops, item)
+                except AttributeError:
+                    if item in _OPS_MOVED:
+                        return getattr(tf, _OPS_MOVED[item])
+                    raise
+
+        proxy = _Ops(_OPS, ops.__doc__)
+        proxy.__file__ = getattr(ops, "__file__", None)
+        _state["ops"] = proxy
+    return _state["ops"]
+
+
+def _import_framework_ops(original, name, globals_, locals_, fromlist):
+    """``tensorflow.python.framework.ops`` in user code, or None when ``name`` is not it."""
+    if name == _OPS:
+        if fromlist:
+            original(name, globals_, locals_, fromlist, 0)
+            return _framework_ops()
+        import importlib  # pylint: disable=import-outside-toplevel
+        original(name, globals_, locals_, fromlist, 0)
+        value = _framework_ops()
+        parts = name.split(".")
+        for depth in range(len(parts) - 1, 0, -1):
+            value = _PathProxy(importlib.import_module(".".join(parts[:depth])), parts[depth],
+                               value)
+        return value
+    if name == _OPS.rsplit(".", 1)[0] and fromlist and "ops" in fromlist:
+        import importlib  # pylint: disable=import-outside-toplevel
+        original(name, globals_, locals_, fromlist, 0)
+        return _PathProxy(importlib.import_module(name), "ops", _framework_ops())
+    return None
+
+
 def enable(user_roots):
     """Turns TF1 mode on for files under ``user_roots`` (idempotent)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -253,6 +308,10 @@ def enable(user_roots):
             name = "tensorflow" + name[len("tensorflow_core"):]  # TF 1.15's real package name
         if user and (name == "tensorflow.contrib" or name.startswith("tensorflow.contrib.")):
             return _import_contrib(v1, name, fromlist)
+        if user:
+            ops = _import_framework_ops(original, name, globals, locals, fromlist)
+            if ops is not None:
+                return ops
         moved = moved_keras_module(name) if user else None
         if moved is not None and name.startswith(_TF_KERAS):
             try:
