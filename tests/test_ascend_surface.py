@@ -611,3 +611,41 @@ def test_tf1_mode_gives_user_files_the_names_tf2_moved_out_of_framework_ops(tmp_
     assert result.returncode != 0
     assert "module 'tensorflow.python.framework.ops' has no attribute 'not_a_name'" \
         in result.stderr
+
+
+_CONTRIB_MIXED_PRECISION_SCRIPT = """\
+import json
+import tensorflow as tf
+from tensorflow.contrib.mixed_precision import LossScaleOptimizer, FixedLossScaleManager
+from tensorflow_core.contrib.mixed_precision.python.loss_scale_manager import (
+    ExponentialUpdateLossScaleManager)
+x = tf.placeholder(tf.float32, [])
+w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+mgr = ExponentialUpdateLossScaleManager(init_loss_scale=2.0 ** 20, incr_every_n_steps=1000,
+                                        decr_every_n_nan_or_inf=1, decr_ratio=0.5)
+opt = tf.contrib.mixed_precision.LossScaleOptimizer(tf.train.GradientDescentOptimizer(0.5), mgr)
+train = opt.minimize(w * x)
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    out = []
+    for feed in [1.0, 1e34, 2.0]:
+        sess.run(train, {x: feed})
+        out.append([float(sess.run(w)), float(sess.run(mgr.get_loss_scale()))])
+same = LossScaleOptimizer is tf.contrib.mixed_precision.LossScaleOptimizer
+print(json.dumps({"steps": out, "same_optimizer": same}))
+"""
+
+
+def test_tf1_contrib_mixed_precision_skips_steps_whose_gradients_are_not_finite(tmp_path):
+    """contrib's LossScaleOptimizer checks the gradients: 1e34 * 2**20 is inf in float32, so the
+    second step is skipped (w stays 1 - 0.5 * 1, the scale halves); the others apply."""
+    script = tmp_path / "uses_contrib_mixed_precision.py"
+    script.write_text(_CONTRIB_MIXED_PRECISION_SCRIPT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(script)], env=env, cwd=str(tmp_path), capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["steps"] == [[0.5, 2.0 ** 20], [0.5, 2.0 ** 19], [0.5 - 0.5 * 2.0, 2.0 ** 19]]
+    assert out["same_optimizer"] is True
