@@ -557,7 +557,12 @@ import tensorflow.python.keras.backend as KB
 from keras.layers.core import Dense as CoreDense
 from keras.backend_config import epsilon
 from keras.utils.control_flow_util import smart_cond
-print(json.dumps({"K": K is tf.keras.backend or K.epsilon is tf.keras.backend.epsilon,
+from keras import backend_config
+from keras.layers.normalization import BatchNormalization
+import keras
+print(json.dumps({"backend_config": backend_config.epsilon is epsilon,
+                  "BatchNormalization": BatchNormalization is keras.layers.BatchNormalization,
+"K": K is tf.keras.backend or K.epsilon is tf.keras.backend.epsilon,
                   "Dense": Dense is tf.keras.layers.Dense,
                   "Conv2D": Conv2D is tf.keras.layers.Conv2D,
                   "KB": KB is K, "CoreDense": CoreDense is tf.keras.layers.Dense,
@@ -585,7 +590,7 @@ def test_tf1_mode_maps_moved_keras_paths_in_user_files_only(tmp_path):
         return
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
-        "K": True, "Dense": True, "Conv2D": True, "KB": True, "CoreDense": True,
+        "backend_config": True, "BatchNormalization": True, "K": True, "Dense": True, "Conv2D": True, "KB": True, "CoreDense": True,
         "epsilon": 1e-07, "smart_cond": True, "library_keras": "tensorflow.python.keras.backend"}
 
 

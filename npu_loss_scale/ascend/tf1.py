@@ -196,6 +196,23 @@ def moved_keras_module(name):
     return None
 
 
+def _keras_fromlist(module, name, fromlist):
+    """``from keras[.x] import y`` where ``y`` is a TF 2.6 module now at ``keras.src[.x].y``."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    missing = [item for item in fromlist if item != "*" and not hasattr(module, item)]
+    if not missing or moved_keras_module(name + "." + missing[0]) is None:
+        return module
+    value = module
+    for item in missing:
+        target = moved_keras_module(name + "." + item)
+        try:
+            importlib.import_module(target)
+        except ImportError:
+            continue
+        value = _PathProxy(value, item, _moved_module(target))
+    return value
+
+
 class _PathProxy:
     """What ``import a.b.c`` binds ``a`` to when ``a.b.c`` was mapped elsewhere: ``a``'s
     attributes, except that the path ``.b.c`` leads to the mapped module."""
@@ -214,10 +231,49 @@ class _PathProxy:
         return repr(real)
 
 
+def _public_keras_package(target):
+    """``keras.x`` (public) for ``keras.src.x[.y...]``: where TF 2.6's ``keras.x.y`` modules'
+    public names are now (``keras.layers.normalization.BatchNormalization`` is
+    ``keras.layers.BatchNormalization``)."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    parts = target.split(".")
+    if parts[:2] != ["keras", "src"] or len(parts) < 4:
+        return None
+    try:
+        return importlib.import_module("keras." + parts[2])
+    except ImportError:
+        return None
+
+
+def _moved_module(target):
+    """Module ``target`` as user code sees it: its names, then those of its public package."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    import types  # pylint: disable=import-outside-toplevel
+    module = importlib.import_module(target)
+    public = _public_keras_package(target)
+    if public is None:
+        return module
+    cache = _state.setdefault("moved", {})
+    if target not in cache:
+        class _Moved(types.ModuleType):
+            def __getattr__(self, item):
+                try:
+                    return getattr(module, item)
+                except AttributeError:
+                    if item.startswith("_"):
+                        raise
+                    return getattr(public, item)
+
+        proxy = _Moved(target, module.__doc__)
+        proxy.__file__ = getattr(module, "__file__", None)
+        cache[target] = proxy
+    return cache[target]
+
+
 def _import_moved(original, name, target, globals_, locals_, fromlist):
     """``import``/``from ... import`` of ``name`` in user code, resolved to module ``target``."""
     import importlib  # pylint: disable=import-outside-toplevel
-    module = importlib.import_module(target)
+    module = _moved_module(target)
     if fromlist:
         original(target, globals_, locals_, fromlist, 0)  # imports the submodules named
         return module
@@ -331,6 +387,8 @@ def enable(user_roots):
             raise
         if user and name == "tensorflow":
             return v1
+        if user and fromlist and level == 0 and (name == "keras" or name.startswith("keras.")):
+            return _keras_fromlist(module, name, fromlist)
         return module
 
     builtins.__import__ = tf1_import
