@@ -654,3 +654,27 @@ def test_tf1_contrib_mixed_precision_skips_steps_whose_gradients_are_not_finite(
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["steps"] == [[0.5, 2.0 ** 20], [0.5, 2.0 ** 19], [0.5 - 0.5 * 2.0, 2.0 ** 19]]
     assert out["same_optimizer"] is True
+
+
+def test_tf1_mode_gives_tf_slim_the_moved_ops_names_and_other_libraries_nothing(tmp_path):
+    """tf-slim 1.1.0 (what tf.contrib.slim/layers map to) reads ops.Tensor, gone in TF 2.14:
+    its modules get the TF 1.15 names; another installed library's import is left alone."""
+    script = tmp_path / "imports_as_libraries.py"
+    script.write_text(
+        "import json, os, sysconfig\n"
+        "lib = sysconfig.get_path('purelib')\n"
+        "code = 'from tensorflow.python.framework import ops\\nfound = hasattr(ops, \"Tensor\")'\n"
+        "out = {}\n"
+        "for name in ('tf_slim.layers.optimizers', 'some_library.module'):\n"
+        "    g = {'__name__': name, '__file__': os.path.join(lib, *name.split('.')) + '.py'}\n"
+        "    exec(compile(code, g['__file__'], 'exec'), g)\n"
+        "    out[name] = g['found']\n"
+        "print(json.dumps(out))\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(script)], env=env, cwd=str(tmp_path), capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "tf_slim.layers.optimizers": True, "some_library.module": hasattr(ops, "Tensor")}

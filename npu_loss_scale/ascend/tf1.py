@@ -32,7 +32,9 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   1.15's ``tf.keras``) and TF 2.6 ``keras.*`` locations such as ``keras.layers.core`` resolve to
   the modules of the installed ``tf.keras`` when it is Keras 2;
 * ``tensorflow.python.framework.ops`` in user files also has the TF 1.15 names TF 2.x moved out
-  of it (``ops.Tensor``, ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...).
+  of it (``ops.Tensor``, ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...);
+  so it has in ``tf_slim``, the library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0
+  release still reads ``ops.Tensor``.
 
 What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
@@ -321,6 +323,12 @@ def _framework_ops():
     return _state["ops"]
 
 
+def _is_tf_slim(globals_):
+    """Whether the importing module is part of ``tf_slim``, which TF1 mode's ``tf.contrib.slim``
+    and ``tf.contrib.layers`` are: tf-slim 1.1.0 still reads ``ops.Tensor`` (gone in TF 2.14)."""
+    return globals_ is not None and str(globals_.get("__name__", "")).startswith("tf_slim.")
+
+
 def _import_framework_ops(original, name, globals_, locals_, fromlist):
     """``tensorflow.python.framework.ops`` in user code, or None when ``name`` is not it."""
     if name == _OPS:
@@ -364,7 +372,7 @@ def enable(user_roots):
             name = "tensorflow" + name[len("tensorflow_core"):]  # TF 1.15's real package name
         if user and (name == "tensorflow.contrib" or name.startswith("tensorflow.contrib.")):
             return _import_contrib(v1, name, fromlist)
-        if user:
+        if level == 0 and (user or _is_tf_slim(globals)):
             ops = _import_framework_ops(original, name, globals, locals, fromlist)
             if ops is not None:
                 return ops
