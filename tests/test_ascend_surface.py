@@ -559,8 +559,10 @@ from keras.backend_config import epsilon
 from keras.utils.control_flow_util import smart_cond
 from keras import backend_config
 from keras.layers.normalization import BatchNormalization
+from keras.layers.advanced_activations import LeakyReLU
 import keras
-print(json.dumps({"backend_config": backend_config.epsilon is epsilon,
+print(json.dumps({"LeakyReLU": LeakyReLU is keras.layers.LeakyReLU,
+                  "backend_config": backend_config.epsilon is epsilon,
                   "BatchNormalization": BatchNormalization is keras.layers.BatchNormalization,
 "K": K is tf.keras.backend or K.epsilon is tf.keras.backend.epsilon,
                   "Dense": Dense is tf.keras.layers.Dense,
@@ -590,7 +592,7 @@ def test_tf1_mode_maps_moved_keras_paths_in_user_files_only(tmp_path):
         return
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
-        "backend_config": True, "BatchNormalization": True, "K": True, "Dense": True, "Conv2D": True, "KB": True, "CoreDense": True,
+        "LeakyReLU": True, "backend_config": True, "BatchNormalization": True, "K": True, "Dense": True, "Conv2D": True, "KB": True, "CoreDense": True,
         "epsilon": 1e-07, "smart_cond": True, "library_keras": "tensorflow.python.keras.backend"}
 
 
