@@ -473,3 +473,210 @@ def test_tf1_mnist_reads_the_files_a_script_points_it_at(tmp_path):
     with pytest.raises(FileNotFoundError, match="t10k-images-idx3-ubyte.gz"):
         (tmp_path / "t10k-images-idx3-ubyte.gz").unlink()
         tf1_mnist.read_data_sets(str(tmp_path))
+
+
+# -- TF1 Keras: model.fit in the session set_keras_session_npu_config makes -------------------------
+KERAS_SCRIPT = os.path.join(HERE, "scripts", "tf1_keras", "train.py")
+
+
+def _keras_2():
+    try:
+        return hasattr(tf.compat.v1.keras.backend, "set_session")
+    except ImportError:
+        return False
+
+
+def _run_keras_script(tmp_path, *args):
+    report = tmp_path / "report.json"
+    env = dict(os.environ)
+    for name in (detection.ENV_VAR, emulation.MODE_ENV_VAR, "RANK_SIZE",
+                 "NPU_LOSS_SCALE_EMULATE_REPORT"):
+        env.pop(name, None)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    result = subprocess.run(
+        [sys.executable, "-m", "npu_loss_scale.emulate", "--report", str(report), "--tf1",
+         KERAS_SCRIPT, "--init_loss_scale=65536", "--epochs=2", "--steps_per_epoch=6"]
+        + list(args), env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300,
+        check=False)
+    return result, report
+
+
+def test_tf1_keras_script_trains_in_the_npu_session_and_skips_float16_overflows(tmp_path):
+    """allow_mix_precision from the session config reaches the model Keras builds after the
+    session exists: the float16 matmuls overflow at 2**16, those batches are skipped (Keras's
+    iteration count does not move, the scale halves), the others apply and the loss falls."""
+    result, report = _run_keras_script(tmp_path)
+    if not _keras_2():  # TF 2.16+: tf.keras is Keras 3, without TF1 sessions
+        assert result.returncode != 0
+        assert "npu_bridge.npu_init.set_keras_session_npu_config is not emulated with this " \
+            "TensorFlow: its tf.keras is Keras 3" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert events[0] == {"event": "start", "tf_module": "tensorflow.compat.v1"}
+    batches = [(e["loss_scale"], e["iterations"]) for e in events if e["event"] == "batch"]
+    assert len(batches) == 12
+    scale, iterations, skipped = 65536.0, 0, 0
+    for after, its in batches:
+        if its == iterations:          # skipped: weights kept, scale halved
+            assert after == scale / 2
+            skipped += 1
+        else:                          # applied: one more iteration, scale kept
+            assert (its, after) == (iterations + 1, scale)
+        scale, iterations = after, its
+    assert skipped >= 1 and iterations >= 6
+    counts = json.loads(report.read_text())
+    assert (counts["steps_applied"], counts["steps_skipped"]) == (iterations, skipped)
+    done = events[-1]
+    assert done["event"] == "done" and done["last_loss"] < done["first_loss"]
+
+
+def test_tf1_keras_script_in_force_fp32_applies_every_step(tmp_path):
+    result, report = _run_keras_script(tmp_path, "--precision_mode=force_fp32")
+    if not _keras_2():
+        assert result.returncode != 0 and "is not emulated with this TensorFlow" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    batches = [(e["loss_scale"], e["iterations"]) for e in events if e["event"] == "batch"]
+    assert batches == [(65536.0, i) for i in range(1, 13)]
+    counts = json.loads(report.read_text())
+    assert (counts["steps_applied"], counts["steps_skipped"]) == (12, 0)
+
+
+# -- TF1 mode: Keras module paths that moved -----------------------------------------------------------
+_MOVED_KERAS_SCRIPT = """\
+import json, sys
+import tensorflow as tf
+sys.path.insert(0, sys.argv[1])
+import installed_lib
+from tensorflow.python.keras import backend as K
+from tensorflow.python.keras.layers import Dense
+from tensorflow.python.keras._impl.keras.layers import Conv2D
+import tensorflow.python.keras.backend as KB
+from keras.layers.core import Dense as CoreDense
+from keras.backend_config import epsilon
+from keras.utils.control_flow_util import smart_cond
+from keras import backend_config
+from keras.layers.normalization import BatchNormalization
+from keras.layers.advanced_activations import LeakyReLU
+import keras
+print(json.dumps({"LeakyReLU": LeakyReLU is keras.layers.LeakyReLU,
+                  "backend_config": backend_config.epsilon is epsilon,
+                  "BatchNormalization": BatchNormalization is keras.layers.BatchNormalization,
+"K": K is tf.keras.backend or K.epsilon is tf.keras.backend.epsilon,
+                  "Dense": Dense is tf.keras.layers.Dense,
+                  "Conv2D": Conv2D is tf.keras.layers.Conv2D,
+                  "KB": KB is K, "CoreDense": CoreDense is tf.keras.layers.Dense,
+                  "epsilon": epsilon(), "smart_cond": callable(smart_cond),
+                  "library_keras": installed_lib.K.__name__}))
+"""
+
+
+def test_tf1_mode_maps_moved_keras_paths_in_user_files_only(tmp_path):
+    """TF 1.15's tensorflow.python.keras and TF 2.6's keras.layers.core/backend_config/
+    utils.control_flow_util give tf.keras's own classes in the script; an installed library
+    (a folder with install metadata) importing tensorflow.python.keras keeps what it gets."""
+    app, lib = tmp_path / "app", tmp_path / "lib"
+    app.mkdir()
+    (lib / "installed_lib-1.0.dist-info").mkdir(parents=True)
+    (lib / "installed_lib.py").write_text("from tensorflow.python.keras import backend as K\n")
+    (app / "train.py").write_text(_MOVED_KERAS_SCRIPT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(app / "train.py"), str(lib)], env=env, cwd=str(tmp_path),
+                            capture_output=True, text=True, timeout=300, check=False)
+    if not _keras_2():  # Keras 3: no TF1 Keras, nothing mapped; TF 1.4 paths stay missing
+        assert result.returncode != 0
+        assert "No module named 'tensorflow.python.keras._impl'" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "LeakyReLU": True, "backend_config": True, "BatchNormalization": True, "K": True, "Dense": True, "Conv2D": True, "KB": True, "CoreDense": True,
+        "epsilon": 1e-07, "smart_cond": True, "library_keras": "tensorflow.python.keras.backend"}
+
+
+def test_tf1_mode_gives_user_files_the_names_tf2_moved_out_of_framework_ops(tmp_path):
+    script = tmp_path / "uses_ops.py"
+    script.write_text(
+        "import json\n"
+        "import tensorflow as tf\n"
+        "from tensorflow.python.framework import ops, dtypes\n"
+        "from tensorflow.python.framework.ops import Tensor\n"
+        "import tensorflow.python.framework.ops as ops2\n"
+        "print(json.dumps([ops.Tensor is tf.Tensor, Tensor is tf.Tensor, ops2.Tensor is tf.Tensor,\n"
+        "                  ops.IndexedSlices is tf.IndexedSlices,\n"
+        "                  isinstance(tf.constant(1.0), ops.Tensor),\n"
+        "                  ops.get_default_graph() is tf.get_default_graph(),\n"
+        "                  dtypes.float32 == tf.float32]))\n"
+        "ops.not_a_name\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(script)], env=env, cwd=str(tmp_path), capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [True] * 7, result.stderr[-3000:]
+    assert result.returncode != 0
+    assert "module 'tensorflow.python.framework.ops' has no attribute 'not_a_name'" \
+        in result.stderr
+
+
+_CONTRIB_MIXED_PRECISION_SCRIPT = """\
+import json
+import tensorflow as tf
+from tensorflow.contrib.mixed_precision import LossScaleOptimizer, FixedLossScaleManager
+from tensorflow_core.contrib.mixed_precision.python.loss_scale_manager import (
+    ExponentialUpdateLossScaleManager)
+x = tf.placeholder(tf.float32, [])
+w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+mgr = ExponentialUpdateLossScaleManager(init_loss_scale=2.0 ** 20, incr_every_n_steps=1000,
+                                        decr_every_n_nan_or_inf=1, decr_ratio=0.5)
+opt = tf.contrib.mixed_precision.LossScaleOptimizer(tf.train.GradientDescentOptimizer(0.5), mgr)
+train = opt.minimize(w * x)
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    out = []
+    for feed in [1.0, 1e34, 2.0]:
+        sess.run(train, {x: feed})
+        out.append([float(sess.run(w)), float(sess.run(mgr.get_loss_scale()))])
+same = LossScaleOptimizer is tf.contrib.mixed_precision.LossScaleOptimizer
+print(json.dumps({"steps": out, "same_optimizer": same}))
+"""
+
+
+def test_tf1_contrib_mixed_precision_skips_steps_whose_gradients_are_not_finite(tmp_path):
+    """contrib's LossScaleOptimizer checks the gradients: 1e34 * 2**20 is inf in float32, so the
+    second step is skipped (w stays 1 - 0.5 * 1, the scale halves); the others apply."""
+    script = tmp_path / "uses_contrib_mixed_precision.py"
+    script.write_text(_CONTRIB_MIXED_PRECISION_SCRIPT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(script)], env=env, cwd=str(tmp_path), capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["steps"] == [[0.5, 2.0 ** 20], [0.5, 2.0 ** 19], [0.5 - 0.5 * 2.0, 2.0 ** 19]]
+    assert out["same_optimizer"] is True
+
+
+def test_tf1_mode_gives_tf_slim_the_moved_ops_names_and_other_libraries_nothing(tmp_path):
+    """tf-slim 1.1.0 (what tf.contrib.slim/layers map to) reads ops.Tensor, gone in TF 2.14:
+    its modules get the TF 1.15 names; another installed library's import is left alone."""
+    script = tmp_path / "imports_as_libraries.py"
+    script.write_text(
+        "import json, os, sysconfig\n"
+        "lib = sysconfig.get_path('purelib')\n"
+        "code = 'from tensorflow.python.framework import ops\\nfound = hasattr(ops, \"Tensor\")'\n"
+        "out = {}\n"
+        "for name in ('tf_slim.layers.optimizers', 'some_library.module'):\n"
+        "    g = {'__name__': name, '__file__': os.path.join(lib, *name.split('.')) + '.py'}\n"
+        "    exec(compile(code, g['__file__'], 'exec'), g)\n"
+        "    out[name] = g['found']\n"
+        "print(json.dumps(out))\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
+                             str(script)], env=env, cwd=str(tmp_path), capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "tf_slim.layers.optimizers": True, "some_library.module": hasattr(ops, "Tensor")}

@@ -188,25 +188,41 @@ def install_session_hook():
     """Makes every new ``tf.compat.v1.Session`` apply the precision mode of its config.
 
     Installed by ``python -m npu_loss_scale.emulate`` only: the device applies the mode when the
-    graph is compiled for a session, so the emulation applies it when a session is created.
+    graph is compiled for a session, so the emulation applies it when a session is created and
+    again, to the ops added since, whenever the session brings its runtime up to date with the
+    graph (each ``run`` or callable after the graph grew). The second point matters for Keras
+    scripts, which make their session (``set_keras_session_npu_config``) before building the model.
     """
     if _patched:
         return
     from tensorflow.python.client import session as session_lib  # pylint: disable=import-outside-toplevel
     original = session_lib.BaseSession.__init__
+    original_extend = session_lib.BaseSession._extend_graph  # pylint: disable=protected-access
 
     def __init__(self, target="", graph=None, config=None):
         mode = precision_mode_of(config) or _default_mode[0]
         if mode is not None:
             apply_precision_mode(graph if graph is not None else tf.compat.v1.get_default_graph(),
                                  mode)
+        self._npu_precision = [mode, None]  # pylint: disable=protected-access
         original(self, target, graph, config)
 
+    def _extend_graph(self):
+        state = getattr(self, "_npu_precision", None)
+        if state is not None and state[0] is not None:
+            version = self._graph.version  # pylint: disable=protected-access
+            if version != state[1]:
+                apply_precision_mode(self._graph, state[0])  # pylint: disable=protected-access
+                state[1] = self._graph.version  # pylint: disable=protected-access
+        return original_extend(self)
+
     session_lib.BaseSession.__init__ = __init__
-    _patched.append((session_lib.BaseSession, original))
+    session_lib.BaseSession._extend_graph = _extend_graph  # pylint: disable=protected-access
+    _patched.append((session_lib.BaseSession, "__init__", original))
+    _patched.append((session_lib.BaseSession, "_extend_graph", original_extend))
 
 
 def uninstall_session_hook():
     while _patched:
-        cls, original = _patched.pop()
-        cls.__init__ = original
+        cls, name, original = _patched.pop()
+        setattr(cls, name, original)

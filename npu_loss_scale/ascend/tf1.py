@@ -28,8 +28,15 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
 * ``tensorflow.examples.tutorials.mnist.input_data`` reads the MNIST files a script points it at
   (:mod:`npu_loss_scale.ascend.tf1_mnist`).
 
-What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces, moved
-``tensorflow.python.keras`` paths and TF 2.6 ``keras.*`` locations.
+* Keras module paths that moved (:func:`moved_keras_module`): ``tensorflow.python.keras.*`` (TF
+  1.15's ``tf.keras``) and TF 2.6 ``keras.*`` locations such as ``keras.layers.core`` resolve to
+  the modules of the installed ``tf.keras`` when it is Keras 2;
+* ``tensorflow.python.framework.ops`` in user files also has the TF 1.15 names TF 2.x moved out
+  of it (``ops.Tensor``, ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...);
+  so it has in ``tf_slim``, the library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0
+  release still reads ``ops.Tensor``.
+
+What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
 import builtins
 import os
@@ -150,6 +157,207 @@ def _import_contrib(v1, name, fromlist):
     return module
 
 
+_TF_KERAS = "tensorflow.python.keras"
+
+
+def _keras_2_src():
+    """Whether ``tf.keras`` is Keras 2 with its modules under ``keras.src`` (TF 2.13 to 2.15)."""
+    if "keras_src" not in _state:
+        import importlib  # pylint: disable=import-outside-toplevel
+        try:
+            import tensorflow as tf  # pylint: disable=import-outside-toplevel
+            _state["keras_src"] = (hasattr(tf.compat.v1.keras.backend, "set_session")
+                                   and importlib.util.find_spec("keras.src") is not None)
+        except (ImportError, ValueError):
+            _state["keras_src"] = False
+    return _state["keras_src"]
+
+
+def moved_keras_module(name):
+    """Where a Keras module path of TF 1.15 or TF 2.6 lives now, or None to import as is.
+
+    * ``tensorflow.python.keras[.x]`` (and TF 1.4's ``tensorflow.python.keras._impl.keras[.x]``)
+      is ``tf.keras`` in TF 1.15; in TF 2.13 to 2.15 TensorFlow still ships that folder, but as a
+      separate, frozen copy of Keras whose layers do not mix with ``tf.keras`` models, so it maps
+      to ``keras.src[.x]``, the modules ``tf.keras`` is made of;
+    * ``keras.x`` where TF 2.6's Keras had a module (``keras.layers.core``,
+      ``keras.backend_config``, ``keras.utils.control_flow_util``, ``keras.engine``, ...) and the
+      installed Keras 2 has it under ``keras.src.x`` (tried only when ``keras.x`` is missing).
+
+    With Keras 3 (TF 2.16 and later) nothing is mapped: its modules are laid out differently.
+    """
+    if not _keras_2_src():
+        return None
+    if name == _TF_KERAS or name.startswith(_TF_KERAS + "."):
+        rest = name[len(_TF_KERAS):]
+        if rest == "._impl.keras" or rest.startswith("._impl.keras."):
+            rest = rest[len("._impl.keras"):]
+        return "keras.src" + rest
+    if name.startswith("keras.") and not name.startswith("keras.src."):
+        return "keras.src" + name[len("keras"):]
+    return None
+
+
+def _keras_fromlist(module, name, fromlist):
+    """``from keras[.x] import y`` where ``y`` is a TF 2.6 module now at ``keras.src[.x].y``."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    missing = [item for item in fromlist if item != "*" and not hasattr(module, item)]
+    if not missing or moved_keras_module(name + "." + missing[0]) is None:
+        return module
+    value = module
+    for item in missing:
+        target = moved_keras_module(name + "." + item)
+        try:
+            importlib.import_module(target)
+        except ImportError:
+            continue
+        value = _PathProxy(value, item, _moved_module(target))
+    return value
+
+
+class _PathProxy:
+    """What ``import a.b.c`` binds ``a`` to when ``a.b.c`` was mapped elsewhere: ``a``'s
+    attributes, except that the path ``.b.c`` leads to the mapped module."""
+
+    def __init__(self, real, child, value):
+        object.__setattr__(self, "_proxy", (real, child, value))
+
+    def __getattr__(self, item):
+        real, child, value = object.__getattribute__(self, "_proxy")
+        if item == child:
+            return value
+        return getattr(real, item)
+
+    def __repr__(self):
+        real, _, _ = object.__getattribute__(self, "_proxy")
+        return repr(real)
+
+
+def _public_keras_package(target):
+    """``keras.x`` (public) for ``keras.src.x[.y...]``: where TF 2.6's ``keras.x.y`` modules'
+    public names are now (``keras.layers.normalization.BatchNormalization`` is
+    ``keras.layers.BatchNormalization``)."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    parts = target.split(".")
+    if parts[:2] != ["keras", "src"] or len(parts) < 4:
+        return None
+    try:
+        return importlib.import_module("keras." + parts[2])
+    except ImportError:
+        return None
+
+
+def _moved_module(target):
+    """Module ``target`` as user code sees it: its names, then those of its public package."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    import types  # pylint: disable=import-outside-toplevel
+    public = _public_keras_package(target)
+    try:
+        module = importlib.import_module(target)
+    except ModuleNotFoundError as err:
+        # a TF 2.6 module Keras 2.15 folded into others (keras.layers.advanced_activations):
+        # its public names, from the public package
+        if public is None or err.name != target:
+            raise
+        module = types.ModuleType(target)
+    if public is None:
+        return module
+    cache = _state.setdefault("moved", {})
+    if target not in cache:
+        class _Moved(types.ModuleType):
+            def __getattr__(self, item):
+                try:
+                    return getattr(module, item)
+                except AttributeError:
+                    if item.startswith("_"):
+                        raise
+                    return getattr(public, item)
+
+        proxy = _Moved(target, module.__doc__)
+        proxy.__file__ = getattr(module, "__file__", None)
+        cache[target] = proxy
+    return cache[target]
+
+
+def _import_moved(original, name, target, globals_, locals_, fromlist):
+    """``import``/``from ... import`` of ``name`` in user code, resolved to module ``target``."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    module = _moved_module(target)
+    if fromlist:
+        if target in sys.modules:
+            original(target, globals_, locals_, fromlist, 0)  # imports the submodules named
+        return module
+    parts = name.split(".")
+    value = module
+    for depth in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:depth])
+        try:
+            real = importlib.import_module(parent)
+        except ImportError:
+            real = None
+        value = _PathProxy(real, parts[depth], value)
+    return value
+
+
+_OPS = "tensorflow.python.framework.ops"
+# TF 1.15 names of tensorflow.python.framework.ops that TF 2.x moved to other modules, by the
+# public name of the same object (``ops.Tensor`` is used by 18 ModelZoo files)
+_OPS_MOVED = {"Tensor": "Tensor", "IndexedSlices": "IndexedSlices",
+              "IndexedSlicesValue": "IndexedSlicesValue",
+              "register_tensor_conversion_function": "register_tensor_conversion_function",
+              "convert_to_tensor_v2": "convert_to_tensor", "name_scope_v2": "name_scope"}
+
+
+def _framework_ops():
+    """``tensorflow.python.framework.ops`` as user code sees it: TF 2.x's module plus the TF 1.15
+    names that moved out of it (:data:`_OPS_MOVED`)."""
+    if "ops" not in _state:
+        import types  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
+
+        class _Ops(types.ModuleType):
+            def __getattr__(self, item):
+                try:
+                    return getattr(ops, item)
+                except AttributeError:
+                    if item in _OPS_MOVED:
+                        return getattr(tf, _OPS_MOVED[item])
+                    raise
+
+        proxy = _Ops(_OPS, ops.__doc__)
+        proxy.__file__ = getattr(ops, "__file__", None)
+        _state["ops"] = proxy
+    return _state["ops"]
+
+
+def _is_tf_slim(globals_):
+    """Whether the importing module is part of ``tf_slim``, which TF1 mode's ``tf.contrib.slim``
+    and ``tf.contrib.layers`` are: tf-slim 1.1.0 still reads ``ops.Tensor`` (gone in TF 2.14)."""
+    return globals_ is not None and str(globals_.get("__name__", "")).startswith("tf_slim.")
+
+
+def _import_framework_ops(original, name, globals_, locals_, fromlist):
+    """``tensorflow.python.framework.ops`` in user code, or None when ``name`` is not it."""
+    if name == _OPS:
+        if fromlist:
+            original(name, globals_, locals_, fromlist, 0)
+            return _framework_ops()
+        import importlib  # pylint: disable=import-outside-toplevel
+        original(name, globals_, locals_, fromlist, 0)
+        value = _framework_ops()
+        parts = name.split(".")
+        for depth in range(len(parts) - 1, 0, -1):
+            value = _PathProxy(importlib.import_module(".".join(parts[:depth])), parts[depth],
+                               value)
+        return value
+    if name == _OPS.rsplit(".", 1)[0] and fromlist and "ops" in fromlist:
+        import importlib  # pylint: disable=import-outside-toplevel
+        original(name, globals_, locals_, fromlist, 0)
+        return _PathProxy(importlib.import_module(name), "ops", _framework_ops())
+    return None
+
+
 def enable(user_roots):
     """Turns TF1 mode on for files under ``user_roots`` (idempotent)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -172,14 +380,31 @@ def enable(user_roots):
             name = "tensorflow" + name[len("tensorflow_core"):]  # TF 1.15's real package name
         if user and (name == "tensorflow.contrib" or name.startswith("tensorflow.contrib.")):
             return _import_contrib(v1, name, fromlist)
+        if level == 0 and (user or _is_tf_slim(globals)):
+            ops = _import_framework_ops(original, name, globals, locals, fromlist)
+            if ops is not None:
+                return ops
+        moved = moved_keras_module(name) if user else None
+        if moved is not None and name.startswith(_TF_KERAS):
+            try:
+                return _import_moved(original, name, moved, globals, locals, fromlist)
+            except ModuleNotFoundError:
+                pass  # no counterpart in tf.keras: the frozen copy TensorFlow ships
         try:
             module = original(name, globals, locals, fromlist, level)
         except ModuleNotFoundError as err:
             if level == 0 and name.startswith("tensorflow.contrib"):
                 raise ModuleNotFoundError(_CONTRIB % name, name=name) from err
+            if moved is not None and err.name is not None and name.startswith(err.name):
+                try:
+                    return _import_moved(original, name, moved, globals, locals, fromlist)
+                except ModuleNotFoundError:
+                    pass
             raise
         if user and name == "tensorflow":
             return v1
+        if user and fromlist and level == 0 and (name == "keras" or name.startswith("keras.")):
+            return _keras_fromlist(module, name, fromlist)
         return module
 
     builtins.__import__ = tf1_import

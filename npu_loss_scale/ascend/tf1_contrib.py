@@ -18,7 +18,10 @@ Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 
 * ``rnn``: ``tf.compat.v1.nn.rnn_cell``'s cells (``LSTMCell``, ``GRUCell``, ``MultiRNNCell``,
   ``DropoutWrapper``, ``LSTMStateTuple``...), ``static_rnn``, ``static_bidirectional_rnn`` (TF
   2.15; TF 2.21's Keras 3 has no v1 cells, so there these names raise the not-mapped error);
-* ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods.
+* ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods;
+* ``mixed_precision`` (and its ``python.loss_scale_manager``/``loss_scale_optimizer`` modules):
+  this package's loss-scale managers and an inf/NaN-checking ``LossScaleOptimizer``
+  (:func:`_mixed_precision`).
 
 Module paths (``import tensorflow.contrib.slim as slim``, ``from tensorflow.contrib.layers.python.
 layers import utils``) resolve through :func:`resolve_module`: the namespaces above, and
@@ -323,6 +326,37 @@ def resolve_module(fullname, namespace):
     raise ModuleNotFoundError(_NOT_MAPPED % fullname, name=fullname)
 
 
+def _mixed_precision():
+    """``tf.contrib.mixed_precision``: TF 1.15's loss-scale managers and optimizer.
+
+    The managers are this package's (the same arguments and defaults as contrib's, which
+    Ascend's were made from). contrib's ``LossScaleOptimizer(opt, loss_scale_manager)`` checks the
+    gradients themselves for inf/NaN and skips the update when any is not finite, whatever the
+    manager: :class:`npu_loss_scale.NPULossScaleOptimizer` with ``backend="inf_nan"``, which
+    behaves so (and warns when the emulated device saturates instead of producing inf/NaN, as
+    contrib's optimizer on the device would not see those overflows either).
+    """
+    import npu_loss_scale  # pylint: disable=import-outside-toplevel
+
+    class LossScaleOptimizer(npu_loss_scale.NPULossScaleOptimizer):
+        """``tf.contrib.mixed_precision.LossScaleOptimizer``: gradients checked for inf/NaN."""
+
+        def __init__(self, opt, loss_scale_manager):
+            super().__init__(opt, loss_scale_manager, backend="inf_nan")
+
+    managers = dict(LossScaleManager=npu_loss_scale.LossScaleManager,
+                    FixedLossScaleManager=npu_loss_scale.FixedLossScaleManager,
+                    ExponentialUpdateLossScaleManager=(
+                        npu_loss_scale.ExponentialUpdateLossScaleManager))
+    path = "tensorflow.contrib.mixed_precision.python"
+    python = _ns(path,
+                 loss_scale_manager=_ns(path + ".loss_scale_manager", **managers),
+                 loss_scale_optimizer=_ns(path + ".loss_scale_optimizer",
+                                          LossScaleOptimizer=LossScaleOptimizer))
+    return _ns("tf.contrib.mixed_precision", python=python,
+               LossScaleOptimizer=LossScaleOptimizer, **managers)
+
+
 class _Contrib(_Namespace):
     def __getattr__(self, name):
         if name == "slim":
@@ -352,7 +386,8 @@ def contrib():
         rnn=_ns("tf.contrib.rnn", _rnn_cell, **{
             name: _v1_nn(name) for name in ("static_rnn", "static_bidirectional_rnn")
             if _v1_nn(name) is not None}),
-        training=_ns("tf.contrib.training", HParams=HParams))
+        training=_ns("tf.contrib.training", HParams=HParams),
+        mixed_precision=_mixed_precision())
     framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
     object.__setattr__(out.framework, "python", _ns("tensorflow.contrib.framework.python",
                                                     ops=framework_ops))

@@ -131,17 +131,30 @@ def _keras_backend():
         return _tf.compat.v1.keras.backend
 
 
+def _session_keras_backend(name):
+    """``tf.compat.v1.keras.backend`` when it has TF1 sessions (Keras 2); else a clear error."""
+    backend = _tf.compat.v1.keras.backend
+    if not hasattr(backend, "set_session"):
+        raise NotImplementedError(
+            "npu_bridge.npu_init.%s is not emulated with this TensorFlow: its tf.keras is Keras 3, "
+            "which has no TF1 sessions; TF1-style Keras scripts need Keras 2 (TensorFlow 2.15 "
+            "and older)" % name)
+    return backend
+
+
 def set_keras_session_npu_config(config=None):
     """A Session with the NPU config, made Keras's session (TF1-style Keras); returns it."""
+    backend = _session_keras_backend("set_keras_session_npu_config")
     config = npu_config_proto(config if isinstance(config, config_pb2.ConfigProto) else None)
     sess = _tf.compat.v1.Session(config=config)
-    _tf.compat.v1.keras.backend.set_session(sess)
+    backend.set_session(sess)
     return sess
 
 
 def npu_clear_session(config=None):
-    _tf.compat.v1.keras.backend.clear_session()
-    _tf.compat.v1.keras.backend.set_session(_tf.compat.v1.Session(config=npu_config_proto(config)))
+    backend = _session_keras_backend("npu_clear_session")
+    backend.clear_session()
+    backend.set_session(_tf.compat.v1.Session(config=npu_config_proto(config)))
 
 
 def init_resource(config=None):
