@@ -410,24 +410,34 @@ def building_internals():
     return getattr(_internal, "depth", 0) > 0
 
 
-def _saturate_gradient(dy, site=None):
+def _on_gradient(dy, site, build):
+    """``build(dense dy, site)`` for a gradient (None kept; an IndexedSlices' values), with the
+    ops it makes marked as internals (see :func:`building_internals`)."""
     if dy is None:
         return None
     if isinstance(dy, tf.IndexedSlices):
-        return tf.IndexedSlices(_saturate_gradient(dy.values, site), dy.indices, dy.dense_shape)
+        return tf.IndexedSlices(_on_gradient(dy.values, site, build), dy.indices, dy.dense_shape)
     dy = tf.convert_to_tensor(dy)
     depth = getattr(_internal, "depth", 0)
     _internal.depth = depth + 1
     try:
-        dy_sat, over, nan = _saturate_values(dy)
-        deps = [record(over, nan)]
-        if localisation.enabled() and not tf.executing_eagerly():
-            deps.append(localisation.note_site(dy, over, nan, op_name=site or dy.op.name,
-                                               direction="backward", dtype=dy.dtype))
-        with tf.control_dependencies(deps):
-            return tf.identity(dy_sat)
+        return build(dy, site)
     finally:
         _internal.depth = depth
+
+
+def _saturate_dense_gradient(dy, site):
+    dy_sat, over, nan = _saturate_values(dy)
+    deps = [record(over, nan)]
+    if localisation.enabled() and not tf.executing_eagerly():
+        deps.append(localisation.note_site(dy, over, nan, op_name=site or dy.op.name,
+                                           direction="backward", dtype=dy.dtype))
+    with tf.control_dependencies(deps):
+        return tf.identity(dy_sat)
+
+
+def _saturate_gradient(dy, site=None):
+    return _on_gradient(dy, site, _saturate_dense_gradient)
 
 
 # One gradient function for every saturate() in every graph, registered once. (tf.custom_gradient
@@ -512,20 +522,14 @@ def _note_ieee(x, site=None, source=None):
     return out[0]
 
 
+def _note_dense_ieee_gradient(dy, site):
+    note = _ieee_note(dy, dy, site or dy.op.name, "backward")
+    with tf.control_dependencies([note] if note is not None else []):
+        return tf.identity(dy)
+
+
 def _note_ieee_gradient(dy, site):
-    if dy is None:
-        return None
-    if isinstance(dy, tf.IndexedSlices):
-        return tf.IndexedSlices(_note_ieee_gradient(dy.values, site), dy.indices, dy.dense_shape)
-    dy = tf.convert_to_tensor(dy)
-    depth = getattr(_internal, "depth", 0)
-    _internal.depth = depth + 1
-    try:
-        note = _ieee_note(dy, dy, site or dy.op.name, "backward")
-        with tf.control_dependencies([note] if note is not None else []):
-            return tf.identity(dy)
-    finally:
-        _internal.depth = depth
+    return _on_gradient(dy, site, _note_dense_ieee_gradient)
 
 
 @tf.RegisterGradient(_IEEE_GRADIENT_NAME)
