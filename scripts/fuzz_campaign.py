@@ -802,7 +802,40 @@ class NpuGraphRunner(_Runner):
         self.sess.close()
 
 
-class NpuFunctionRunner(_Runner):
+class _EagerV1Runner(_Runner):
+    """A case stepped eagerly (or through a tf.function) with a tf.compat.v1.train optimizer
+    (``_v1_inner()``) and a ``global_step`` variable advanced on applied steps."""
+
+    def _v1_inner(self):
+        raise NotImplementedError
+
+    def watch(self):
+        """Model variables, slots and counters (slots appear with the first apply)."""
+        inner = self._v1_inner()
+        w = {name: v for name, v in zip(self.model_names(), self.variables)}
+        for name, v in zip(self.model_names(), self.variables):
+            for slot in _slot_names(self.case):
+                s = inner.get_slot(v, slot)
+                if s is not None:
+                    w[name + "/" + slot] = s
+        known = [id(v) for v in w.values()]
+        for k, v in enumerate(v for v in inner.variables() if id(v) not in known):
+            w["opt_var%d" % k] = v
+        w["global_step"] = self.global_step
+        return w
+
+    def read(self):
+        return {k: np.asarray(v.numpy()) for k, v in self.watch().items()}
+
+    def run_micro(self, feed):
+        values = feed_tensors(feed, len(self.case["dense_shapes"]))
+        self.step({k: tf.constant(v) for k, v in values.items()})
+
+    def was_applied(self, before, after):
+        return int(after["global_step"]) == int(before["global_step"]) + 1
+
+
+class NpuFunctionRunner(_EagerV1Runner):
     """NPULossScaleOptimizer inside a tf.function (TF2 variables, eager state)."""
 
     def __init__(self, nls, case, tally, verbose):
@@ -831,30 +864,8 @@ class NpuFunctionRunner(_Runner):
         self.step = step
         self.variables = variables
 
-    def watch(self):
-        """Model variables, slots and counters (slots appear with the first apply)."""
-        w = {name: v for name, v in zip(self.model_names(), self.variables)}
-        inner = self.opt.inner_optimizer
-        for name, v in zip(self.model_names(), self.variables):
-            for slot in _slot_names(self.case):
-                s = inner.get_slot(v, slot)
-                if s is not None:
-                    w[name + "/" + slot] = s
-        known = [id(v) for v in w.values()]
-        for k, v in enumerate(v for v in inner.variables() if id(v) not in known):
-            w["opt_var%d" % k] = v
-        w["global_step"] = self.global_step
-        return w
-
-    def read(self):
-        return {k: np.asarray(v.numpy()) for k, v in self.watch().items()}
-
-    def run_micro(self, feed):
-        values = feed_tensors(feed, len(self.case["dense_shapes"]))
-        self.step({k: tf.constant(v) for k, v in values.items()})
-
-    def was_applied(self, before, after):
-        return int(after["global_step"]) == int(before["global_step"]) + 1
+    def _v1_inner(self):
+        return self.opt.inner_optimizer
 
     def counters(self):
         return {"global_step": (self.global_step.numpy(), self.applied),
@@ -870,7 +881,7 @@ class NpuFunctionRunner(_Runner):
         return state
 
 
-class GradScalerRunner(_Runner):
+class GradScalerRunner(_EagerV1Runner):
     """nls.GradScaler, eager or in a tf.function, with a tf.compat.v1.train optimizer."""
 
     def __init__(self, nls, case, tally, verbose):
@@ -900,28 +911,8 @@ class GradScalerRunner(_Runner):
 
         self.step = tf.function(step) if case.get("traced") else step
 
-    def watch(self):
-        w = {name: v for name, v in zip(self.model_names(), self.variables)}
-        for name, v in zip(self.model_names(), self.variables):
-            for slot in _slot_names(self.case):
-                s = self.opt.get_slot(v, slot)
-                if s is not None:
-                    w[name + "/" + slot] = s
-        known = [id(v) for v in w.values()]
-        for k, v in enumerate(v for v in self.opt.variables() if id(v) not in known):
-            w["opt_var%d" % k] = v
-        w["global_step"] = self.global_step
-        return w
-
-    def read(self):
-        return {k: np.asarray(v.numpy()) for k, v in self.watch().items()}
-
-    def run_micro(self, feed):
-        values = feed_tensors(feed, len(self.case["dense_shapes"]))
-        self.step({k: tf.constant(v) for k, v in values.items()})
-
-    def was_applied(self, before, after):
-        return int(after["global_step"]) == int(before["global_step"]) + 1
+    def _v1_inner(self):
+        return self.opt
 
     def counters(self):
         return {"global_step": (self.global_step.numpy(), self.applied)}

@@ -31,11 +31,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from npu_loss_scale.ascend.ranks import free_ports
 
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -153,20 +154,6 @@ def worker_main(args):
 
 
 # -- the launcher ----------------------------------------------------------------------------------
-def _free_ports(count):
-    socks, ports = [], []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
 def _env(extra=None):
     env = dict(os.environ)
     for var in ("TF_CONFIG", "HOROVOD_GLOO_TIMEOUT_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS",
@@ -242,7 +229,7 @@ def run_scenario(backend, n, fault, timeout, out, *, fault_rank=1, fault_step=3,
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True, env=_env()))
     else:
-        ports = _free_ports(n)
+        ports = free_ports(n)
         cluster = {"worker": ["%s:%d" % (LOOPBACK, p) for p in ports]}
         for rank in range(n):
             tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker",

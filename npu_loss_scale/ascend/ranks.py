@@ -25,7 +25,8 @@ _server = []
 _patched = []
 
 
-def _free_ports(n):
+def free_ports(n):
+    """``n`` TCP ports that were free on loopback a moment ago."""
     sockets, ports = [], []
     for _ in range(n):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -41,7 +42,7 @@ def rank_environments(n, base_env=None):
     """The environment of each of ``n`` ranks (Ascend variables plus TF_CONFIG)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError("--ranks must be an int >= 1; got %r" % (n,))
-    workers = ["127.0.0.1:%d" % port for port in _free_ports(n)]
+    workers = ["127.0.0.1:%d" % port for port in free_ports(n)]
     envs = []
     for rank in range(n):
         env = dict(os.environ if base_env is None else base_env)
