@@ -4,6 +4,9 @@
 #   bash scripts/setup_env.sh            # both stacks
 #   bash scripts/setup_env.sh tf215      # only TensorFlow 2.15 (+ tensorflow-estimator)
 #   bash scripts/setup_env.sh tf221      # only TensorFlow 2.21
+#   bash scripts/setup_env.sh campaign   # TF 2.15 plus the third-party packages real Ascend
+#                                        # scripts import (for scripts/try_ascend_scripts.py;
+#                                        # no test needs it)
 #
 # Environments live in .venv/<stack> inside the checkout (override with NLS_VENV_ROOT).
 # A stamp file records what was installed, so a second run with nothing changed is quick.
@@ -18,7 +21,8 @@ requirements_for() {
   case "$1" in
     tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
-    *) echo "unknown stack '$1' (accepted: tf215, tf221)" >&2; return 2 ;;
+    campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow h5py<3.12 pyyaml tqdm matplotlib<3.10 librosa soundfile sentencepiece" ;;
+    *) echo "unknown stack '$1' (accepted: tf215, tf221, campaign)" >&2; return 2 ;;
   esac
 }
 

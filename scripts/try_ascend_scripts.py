@@ -57,6 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import survey_ascend_scripts as survey  # noqa: E402  pylint: disable=wrong-import-position
+import ascend_recipes as recipes  # noqa: E402  pylint: disable=wrong-import-position
 
 ENTRY_PREFIXES = ("train", "main", "run")
 NOT_TRAINING_RE = re.compile(r"test|export|eval|infer|predict|convert|freeze|frozen|pb_|_pb|demo|"
@@ -273,24 +274,36 @@ def barrier_category(result):
     return "other"
 
 
-def run_one(corpus, script, extra_args, python, timeout, work):
+def run_one(corpus, script, extra_args, python, timeout, work, recipe=None):
     model = survey.model_dir(script, corpus)
     tf1 = not uses_npu_device(model)
     data = make_synthetic_data(os.path.join(work, "data"))
     out = os.path.join(work, "out")
     os.makedirs(out, exist_ok=True)
     report = os.path.join(work, "report.json")
-    args = generic_arguments(script, data, out) + list(extra_args)
+    args = generic_arguments(script, data, out)
+    recipe_env = {}
+    cwd = os.path.dirname(script)
+    if recipe is not None:
+        tf1 = getattr(recipe, "TF1", tf1)
+        ctx = recipes.Context(os.path.join(work, "recipe"), data, out, model, script, args)
+        os.makedirs(ctx.work, exist_ok=True)
+        args, recipe_env = recipe.prepare(ctx)
+        args, recipe_env = list(args), dict(recipe_env or {})
+        if getattr(recipe, "CWD", None) == "work":
+            cwd = ctx.work
+    args += list(extra_args)
     cmd = [python, "-m", "npu_loss_scale.emulate", "--report", report] + (["--tf1"] if tf1 else [])
     cmd += [script] + args
     env = dict(os.environ)
     env.update({"RANK_SIZE": "1", "RANK_ID": "0", "DEVICE_ID": "0", "ASCEND_DEVICE_ID": "0",
                 "JOB_ID": "10086", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])})
+    env.update(recipe_env)
     start = time.time()
     timed_out = False
     try:
-        proc = subprocess.run(cmd, cwd=os.path.dirname(script), env=env, capture_output=True,
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
         stderr, returncode = proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as err:
@@ -316,6 +329,7 @@ def run_one(corpus, script, extra_args, python, timeout, work):
         outcome = "trained, then failed" if ran else "failed"
         barrier = first_barrier(stderr, returncode)
     return {"script": os.path.relpath(script, corpus), "tf1": tf1, "args": args,
+            "recipe": os.path.basename(recipe.__file__) if recipe is not None else None,
             "outcome": outcome, "barrier": barrier, "report": steps,
             "seconds": round(time.time() - start, 1), "stderr_tail": stderr[-4000:]}
 
@@ -339,6 +353,12 @@ def main(argv=None):
                         help="keep each run's data, output and stderr under DIR")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     parser.add_argument("--dry-run", action="store_true", help="only print the sample")
+    parser.add_argument("--only", metavar="TEXT", action="append", default=[],
+                        help="run only the sampled scripts whose path contains TEXT (repeatable; "
+                             "the sample is drawn first, so the seed keeps its meaning)")
+    parser.add_argument("--no-recipes", action="store_true",
+                        help="generic arguments and data only, even where scripts/ascend_recipes "
+                             "has a recipe for the model directory")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.corpus):
         parser.error("CORPUS_DIR must be an existing folder; got %r" % args.corpus)
@@ -352,7 +372,7 @@ def main(argv=None):
         for line in _read(args.list).splitlines():
             parts = line.split()
             if parts and not parts[0].startswith("#"):
-                jobs.append((os.path.join(corpus, parts[0]), parts[1:]))
+                jobs.append((os.path.join(corpus, parts[0]), parts[1:], None))
         print("%d scripts from %s" % (len(jobs), args.list))
     else:
         entries = loss_scale_entries(corpus)
@@ -360,14 +380,26 @@ def main(argv=None):
         print("loss-scale model directories: %d; with a training entry script: %d"
               % (len(entries), len(with_entry)))
         chosen = random.Random(args.seed).sample(with_entry, min(args.sample, len(with_entry)))
-        jobs = [(entries[d], []) for d in sorted(chosen)]
-        print("sample: %d model directories, seed %d" % (len(jobs), args.seed))
-    for script, extra in jobs:
+        known = {} if args.no_recipes else recipes.load_recipes()
+        jobs = []
+        for folder in sorted(chosen):
+            recipe = known.get(os.path.relpath(folder, corpus))
+            script = entries[folder]
+            if recipe is not None and getattr(recipe, "ENTRY", None):
+                script = os.path.join(folder, recipe.ENTRY)
+            jobs.append((script, [], recipe))
+        print("sample: %d model directories, seed %d; with a recipe: %d"
+              % (len(jobs), args.seed, sum(j[2] is not None for j in jobs)))
+    if args.only:
+        jobs = [j for j in jobs if any(t in os.path.relpath(j[0], corpus) for t in args.only)]
+        print("only: %d of them" % len(jobs))
+    for script, _, _ in jobs:
         if not os.path.isfile(script):
             parser.error("no such script: %s" % script)
     if args.dry_run:
-        for script, extra in jobs:
-            print("  " + " ".join([os.path.relpath(script, corpus)] + extra))
+        for script, extra, recipe in jobs:
+            print("  " + " ".join([os.path.relpath(script, corpus)] + extra)
+                  + ("  [recipe %s]" % os.path.basename(recipe.__file__) if recipe else ""))
         return 0
     work_root = args.keep or tempfile.mkdtemp(prefix="try_ascend_")
     results = [None] * len(jobs)
@@ -379,14 +411,16 @@ def main(argv=None):
         return path
 
     if args.jobs == 1:
-        for i, (script, extra) in enumerate(jobs):
-            results[i] = run_one(corpus, script, extra, args.python, args.timeout, work_dir(i))
+        for i, (script, extra, recipe) in enumerate(jobs):
+            results[i] = run_one(corpus, script, extra, args.python, args.timeout, work_dir(i),
+                                 recipe)
             _print_result(i, results[i])
     else:
         from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
         with ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(run_one, corpus, s, e, args.python, args.timeout, work_dir(i))
-                       for i, (s, e) in enumerate(jobs)]
+            futures = [pool.submit(run_one, corpus, s, e, args.python, args.timeout, work_dir(i),
+                                   r)
+                       for i, (s, e, r) in enumerate(jobs)]
             for i, future in enumerate(futures):
                 results[i] = future.result()
                 _print_result(i, results[i])
@@ -408,6 +442,10 @@ def main(argv=None):
         "%s %d" % kv for kv in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"))
     print("trained through NPULossScaleOptimizer (>= 1 step): %d of %d (%d with a clean exit)"
           % (n_trained, len(results), clean))
+    with_recipe = [r for r in results if r["recipe"]]
+    print("  with a recipe: %d of %d trained; generic arguments only: %d of %d trained"
+          % (sum(trained(r) for r in with_recipe), len(with_recipe),
+             n_trained - sum(trained(r) for r in with_recipe), len(results) - len(with_recipe)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=1)
@@ -416,9 +454,10 @@ def main(argv=None):
 
 def _print_result(i, result):
     steps = result["report"]
-    print("%2d. %s%s\n    outcome: %s (applied %d, skipped %d; %.0fs)\n    first barrier: %s%s\n"
+    print("%2d. %s%s%s\n    outcome: %s (applied %d, skipped %d; %.0fs)\n    first barrier: %s%s\n"
           "    args: %s" % (
-              i + 1, result["script"], " [--tf1]" if result["tf1"] else "", result["outcome"],
+              i + 1, result["script"], " [--tf1]" if result["tf1"] else "",
+              " [recipe %s]" % result["recipe"] if result["recipe"] else "", result["outcome"],
               steps.get("steps_applied", 0), steps.get("steps_skipped", 0), result["seconds"],
               result["barrier"], "" if trained(result) else " [%s]" % barrier_category(result),
               " ".join(result["args"]) or "-"), flush=True)

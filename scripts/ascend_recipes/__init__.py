@@ -1,0 +1,164 @@
+"""Per-model recipes for ``scripts/try_ascend_scripts.py``: what a real script needs to run.
+
+A generic run gives every script the same small arguments and the same synthetic MNIST/CIFAR-10
+files; most real scripts want more: a task name, a vocabulary, TFRecords with their own
+features, a list file of images. A *recipe* is what a user of such a script would write for
+its CI: the arguments and a tiny synthetic dataset *in the format the script reads*. A recipe
+never changes the script, never turns loss scaling or mixed precision off, and writes only
+under its own work folder.
+
+One module per model directory, named freely (``bert_google_finetune.py``), with:
+
+``MODEL_DIR``
+    the model directory, relative to the corpus root, as ``try_ascend_scripts.py`` prints it.
+``ENTRY`` (optional)
+    the entry script relative to ``MODEL_DIR`` when it is not the one chosen by the generic rule.
+``TF1`` (optional)
+    ``True``/``False`` to force ``--tf1`` on or off (default: the generic rule).
+``prepare(ctx)``
+    writes the synthetic data under ``ctx.work`` and returns ``(args, env)``: the script's
+    command-line arguments (a list of strings; ``ctx.generic_args`` holds the generic ones, to
+    extend or replace) and extra environment variables (a dict, may be empty).
+``CWD`` (optional)
+    ``"work"`` to run the script from ``ctx.work`` instead of its own folder (for scripts that
+    read or write relative paths).
+
+``ctx`` has ``work`` (an empty folder for this run), ``data`` (the generic synthetic folder),
+``out`` (an empty output folder), ``model_dir`` and ``script`` (absolute paths) and
+``generic_args``. Helpers below write the formats several recipes share.
+"""
+import importlib.util
+import os
+import random
+import struct
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_recipes(folder=HERE):
+    """{model dir relative to the corpus: recipe module} for every recipe module in ``folder``."""
+    recipes = {}
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py") or name.startswith("_"):
+            continue
+        path = os.path.join(folder, name)
+        spec = importlib.util.spec_from_file_location("ascend_recipe_" + name[:-3], path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        model_dir = getattr(module, "MODEL_DIR", None)
+        if not model_dir or not callable(getattr(module, "prepare", None)):
+            raise ValueError("recipe %s must define MODEL_DIR and prepare(ctx); it defines %s"
+                             % (path, sorted(n for n in vars(module) if not n.startswith("_"))))
+        model_dir = model_dir.strip("/")
+        if model_dir in recipes:
+            raise ValueError("two recipes for %s: %s and %s"
+                             % (model_dir, recipes[model_dir].__file__, path))
+        recipes[model_dir] = module
+    return recipes
+
+
+class Context:  # pylint: disable=too-few-public-methods
+    """What a recipe's ``prepare`` gets (see the module docstring)."""
+
+    def __init__(self, work, data, out, model_dir, script, generic_args):
+        self.work, self.data, self.out = work, data, out
+        self.model_dir, self.script, self.generic_args = model_dir, script, list(generic_args)
+
+    def path(self, *parts):
+        """A path under the work folder, its parent folders created."""
+        path = os.path.join(self.work, *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+
+# -- formats several recipes share ------------------------------------------------------------------
+def write_text(path, text):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)
+    return path
+
+
+def _crc32c(data):
+    poly, crc = 0x82F63B78, 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (poly & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked_crc(data):
+    crc = _crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def write_tfrecord(path, records):
+    """Write serialized records (bytes) as a TFRecord file (no TensorFlow needed)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as out:
+        for record in records:
+            length = struct.pack("<Q", len(record))
+            out.write(length + struct.pack("<I", _masked_crc(length)))
+            out.write(record + struct.pack("<I", _masked_crc(record)))
+    return path
+
+
+def tf_example(features):
+    """A serialized ``tf.train.Example``: ``features`` maps names to lists of int, float or
+    bytes (the list's first element decides the kind)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    feature = {}
+    for name, values in features.items():
+        values = list(values)
+        if values and isinstance(values[0], bytes):
+            feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+        elif values and isinstance(values[0], float):
+            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        else:
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def png_bytes(height, width, channels=3, seed=0):
+    """An encoded PNG of random pixels (8-bit; 1, 3 or 4 channels), written without libraries."""
+    rng = random.Random(seed)
+    kind = {1: 0, 3: 2, 4: 6}[channels]
+    rows = b"".join(b"\x00" + bytes(rng.randrange(256) for _ in range(width * channels))
+                    for _ in range(height))
+
+    def chunk(tag, body):
+        return (struct.pack(">I", len(body)) + tag + body
+                + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, kind,
+                                                             0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def jpeg_bytes(height, width, seed=0):
+    """An encoded JPEG of random pixels (needs TensorFlow)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    pixels = np.random.RandomState(seed).randint(0, 256, (height, width, 3)).astype(np.uint8)
+    return tf.io.encode_jpeg(pixels).numpy()
+
+
+def bert_vocab(path, extra=()):
+    """A small WordPiece vocabulary with BERT's special tokens, letters and a few words."""
+    words = ["[PAD]"] + ["[unused%d]" % i for i in range(10)] + \
+        ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'") + \
+        ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"] + \
+        ["the", "a", "is", "of", "and", "to", "in", "it", "good", "bad", "movie", "film"] + list(extra)
+    return write_text(path, "\n".join(words) + "\n")
+
+
+def tiny_bert_config(path, vocab_size, **overrides):
+    """A BERT config JSON small enough for a CPU step in a second."""
+    import json  # pylint: disable=import-outside-toplevel
+    config = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
+              "hidden_dropout_prob": 0.1, "hidden_size": 32, "initializer_range": 0.02,
+              "intermediate_size": 64, "max_position_embeddings": 128, "num_attention_heads": 2,
+              "num_hidden_layers": 2, "type_vocab_size": 2, "vocab_size": vocab_size}
+    config.update(overrides)
+    return write_text(path, json.dumps(config, indent=1))
