@@ -53,19 +53,26 @@ _as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
 BACKEND_NAMES = ("npu", "emulation", "inf_nan")
 
 
-def nonfinite_flag(grads):
+def nonfinite_flag(grads, readers=None):
     """float32 scalar: 1 when some gradient holds an inf or a NaN, else 0 (None entries ignored).
 
     One read pass over the gradients and no temporary: each tensor is summed (in float32 or
     float64) and the per-tensor sums are reduced once. An inf or NaN anywhere makes the sum
     non-finite. A sum of finite values overflows only for values around 1e31 and more; such a
     step is skipped too (the loss scale then comes down), which never lets an overflow through.
+
+    ``readers``, when a dict, receives ``{id(values tensor): its sum}``: an op that runs after
+    this pass is done with that tensor (the unscaling waits for it, so it is the tensor's last
+    reader and TensorFlow can write the unscaled values into the same buffer).
     """
     sums = []
     for values in emulation.floating_values(grads):
+        key = id(values)
         if values.dtype not in (tf.float32, tf.float64):
             values = tf.cast(values, tf.float32)
         sums.append(tf.cast(tf.reduce_sum(values), tf.float32))
+        if readers is not None:
+            readers[key] = sums[-1]
     if not sums:
         return tf.zeros([], tf.float32)
     total = sums[0] if len(sums) == 1 else tf.add_n(sums)
@@ -106,11 +113,12 @@ class OverflowDetector(abc.ABC):
 
     name = None
 
-    def observe_scaled_gradients(self, grads):  # pylint: disable=unused-argument
+    def observe_scaled_gradients(self, grads, readers=None):  # pylint: disable=unused-argument
         """(tensor the read must wait for or None, float32 flag or None).
 
         The flag (1 = overflow) stands for these gradients at the read; None means the
-        register covers them. Nothing here delays the unscaling of the gradients.
+        register covers them. ``readers`` (a dict or None) receives, per gradient value tensor
+        read here, the op reading it (see :func:`nonfinite_flag`).
         """
         return None, None
 
@@ -161,8 +169,8 @@ class InfNanDetector(OverflowDetector):
 
     name = "inf_nan"
 
-    def observe_scaled_gradients(self, grads):
-        return None, nonfinite_flag(grads)
+    def observe_scaled_gradients(self, grads, readers=None):
+        return None, nonfinite_flag(grads, readers)
 
     def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
         return _ieee_status(grads, known_flags)
@@ -184,9 +192,9 @@ class _RegisterDetector(OverflowDetector):
         """In saturation mode, also count IEEE infs/NaNs in gradients no observation covers."""
         return False
 
-    def observe_scaled_gradients(self, grads):
+    def observe_scaled_gradients(self, grads, readers=None):
         if self._inf_nan_mode():
-            return None, nonfinite_flag(grads)
+            return None, nonfinite_flag(grads, readers)
         return None, None
 
     def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
@@ -240,12 +248,12 @@ class EmulationDetector(_RegisterDetector):
     def _check_finite_too(self):
         return True
 
-    def observe_scaled_gradients(self, grads):
+    def observe_scaled_gradients(self, grads, readers=None):
         if self._inf_nan_mode():
-            return None, nonfinite_flag(grads)
+            return None, nonfinite_flag(grads, readers)
         # Saturation events inside the model were recorded by saturate(); IEEE infs and NaNs of
         # code outside it are recorded here, with one read pass over the scaled gradients.
-        flag = nonfinite_flag(grads)
+        flag = nonfinite_flag(grads, readers)
         with tf.control_dependencies([emulation.record(flag > 0)]):
             return tf.identity(flag), None
 

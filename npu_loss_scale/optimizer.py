@@ -423,16 +423,35 @@ class NPULossScaleOptimizer(_Base):
         variables = [v for g, v in grads_and_vars if g is not None]
         if not self._check_overflow:
             return list(zip(self._unscale_grads(grads), [v for _, v in grads_and_vars]))
-        # The check of the scaled gradients: one read pass (or none: the npu register). It runs
-        # beside the unscaling (nothing waits for it but the read in apply_gradients).
-        wait, flag = self._detector.observe_scaled_gradients(grads)
-        unscaled = self._unscale_grads(grads)
+        # The check of the scaled gradients: one read pass (or none: the npu register). Each
+        # gradient's unscaling waits for the check's read of that gradient, so the multiply is
+        # the last reader of the scaled values and TensorFlow writes the unscaled values into
+        # their buffer (no new 4-bytes-per-parameter allocation, no second buffer to fill).
+        readers = {}
+        wait, flag = self._detector.observe_scaled_gradients(grads, readers)
+        unscaled = self._unscale_after(grads, readers)
         self._mark_observed([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
                              if g is not None], (wait, flag))
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
     def _scale_grad(self, grad, loss_scale_reciprocal):
         return unscale_gradient(grad, loss_scale_reciprocal)
+
+    def _unscale_after(self, grads, readers):
+        """``_unscale_grads``, each gradient's multiply run after ``readers[id(values)]``."""
+        if not readers or tf.executing_eagerly():
+            return self._unscale_grads(grads)
+        reciprocal = 1 / self._loss_scale()
+        out = []
+        for g in grads:
+            if g is None:
+                out.append(None)
+                continue
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            reader = readers.get(id(values))
+            with tf.control_dependencies([reader] if reader is not None else []):
+                out.append(self._scale_grad(g, reciprocal))
+        return out
 
     # -- applying -----------------------------------------------------------------------------
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):

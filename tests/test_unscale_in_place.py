@@ -1,0 +1,63 @@
+"""The unscaling multiply is the last reader of each scaled gradient, so TensorFlow writes the
+unscaled values into the scaled gradient's own buffer: no new buffer per gradient and step.
+
+Checked from the allocation records of a traced step: the multiply's output has the address of
+its input. Before the unscaling waited for the check's read, the emulation backend never got
+that (its check and the multiply read the gradient at the same time)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import npu_loss_scale as nls
+
+SHAPES = [(256, 128), (128,), (128, 64), (4096,)]
+
+
+def _addresses(meta):
+    out = {}
+    for dev in meta.step_stats.dev_stats:
+        for node in dev.node_stats:
+            for output in node.output:
+                desc = output.tensor_description.allocation_description
+                out[(node.node_name, output.slot)] = desc.ptr
+    return out
+
+
+def _source(tensor):
+    """The tensor an unscaling multiply reads, past identities (they share the buffer)."""
+    while tensor.op.type == "Identity":
+        tensor = tensor.op.inputs[0]
+    return tensor
+
+
+@pytest.mark.parametrize("backend", ["emulation", "inf_nan"])
+def test_each_unscaling_multiply_writes_into_the_scaled_gradient(backend):
+    with tf.Graph().as_default():
+        ws = [tf.compat.v1.get_variable("w%d" % i, s, initializer=tf.ones_initializer())
+              for i, s in enumerate(SHAPES)]
+        x = tf.compat.v1.placeholder(tf.float32, [])
+        loss = x * tf.add_n([tf.reduce_sum(w * w) for w in ws])
+        opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                        nls.FixedLossScaleManager(2 ** 8), backend=backend)
+        grads_and_vars = opt.compute_gradients(loss, ws)
+        train = opt.apply_gradients(grads_and_vars)
+        muls = []
+        for g, _ in grads_and_vars:
+            assert g.op.type == "Mul", g.op.type
+            scaled = [_source(t) for t in g.op.inputs if t.shape.rank]
+            assert len(scaled) == 1
+            muls.append((g, scaled[0]))
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                meta = tf.compat.v1.RunMetadata()
+                sess.run(train, {x: 1.0}, options=tf.compat.v1.RunOptions(
+                    trace_level=tf.compat.v1.RunOptions.FULL_TRACE), run_metadata=meta)
+                where = _addresses(meta)
+                for unscaled, scaled in muls:
+                    out = where[(unscaled.op.name, unscaled.value_index)]
+                    assert out and out == where[(scaled.op.name, scaled.value_index)], \
+                        (unscaled.op.name, scaled.op.name)
+            # and the values are right: w -= 0.1 * 2w per step, three steps
+            for w in sess.run(ws):
+                np.testing.assert_allclose(w, np.full(w.shape, 0.8 ** 3, np.float32), rtol=1e-6)
