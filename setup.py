@@ -21,7 +21,9 @@ setup(
     packages=find_packages(include=["npu_loss_scale", "npu_loss_scale.*"]),
     # The emulate shim is a sys.path folder, not a subpackage: ship its files as package data.
     package_data={"npu_loss_scale": ["_npu_bridge_shim/*/*.py", "_npu_bridge_shim/*/*/*.py",
-                                     "_npu_bridge_shim/*/*/*/*.py"]},
+                                     "_npu_bridge_shim/*/*/*/*.py",
+                                     # built on first use (npu_loss_scale/_kernels)
+                                     "_kernels/*.cc"]},
     python_requires=">=3.9",
     # TensorFlow itself is not pinned as a dependency: users bring tensorflow, tensorflow-cpu or
     # Huawei's TensorFlow build. Supported: 2.15.x and 2.21.x.

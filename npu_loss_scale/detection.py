@@ -53,7 +53,17 @@ _as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
 BACKEND_NAMES = ("npu", "emulation", "inf_nan")
 
 
-def nonfinite_flag(grads, readers=None):
+class Unscaled:  # pylint: disable=too-few-public-methods
+    """What :func:`nonfinite_flag` leaves in ``readers`` for a tensor it also unscaled."""
+
+    def __init__(self, values):
+        self.values = values
+
+
+_FUSED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+
+
+def nonfinite_flag(grads, readers=None, reciprocal=None):
     """float32 scalar: 1 when some gradient holds an inf or a NaN, else 0 (None entries ignored).
 
     One read pass over the gradients and no temporary: each tensor is summed (in float32 or
@@ -64,10 +74,24 @@ def nonfinite_flag(grads, readers=None):
     ``readers``, when a dict, receives ``{id(values tensor): its sum}``: an op that runs after
     this pass is done with that tensor (the unscaling waits for it, so it is the tensor's last
     reader and TensorFlow can write the unscaled values into the same buffer).
+
+    With ``readers`` and ``reciprocal`` (the float32 ``1 / loss scale``) given and the fused
+    kernel available (:mod:`npu_loss_scale._kernels`), each tensor is checked *and* unscaled
+    in that one pass: ``readers`` then holds an :class:`Unscaled` with the unscaled values, and
+    the flag counts exactly the infs and NaNs (no finite sum can overflow).
     """
+    fused = None
+    if readers is not None and reciprocal is not None:
+        from . import _kernels  # pylint: disable=import-outside-toplevel
+        fused = _kernels.load_unscale_check()
     sums = []
     for values in emulation.floating_values(grads):
         key = id(values)
+        if fused is not None and values.dtype in _FUSED_DTYPES:
+            unscaled, check = fused.nls_unscale_and_check(values, reciprocal)
+            sums.append(check)
+            readers[key] = Unscaled(unscaled)
+            continue
         if values.dtype not in (tf.float32, tf.float64):
             values = tf.cast(values, tf.float32)
         sums.append(tf.cast(tf.reduce_sum(values), tf.float32))
@@ -113,12 +137,14 @@ class OverflowDetector(abc.ABC):
 
     name = None
 
-    def observe_scaled_gradients(self, grads, readers=None):  # pylint: disable=unused-argument
+    def observe_scaled_gradients(self, grads, readers=None,  # pylint: disable=unused-argument
+                                 reciprocal=None):
         """(tensor the read must wait for or None, float32 flag or None).
 
         The flag (1 = overflow) stands for these gradients at the read; None means the
         register covers them. ``readers`` (a dict or None) receives, per gradient value tensor
-        read here, the op reading it (see :func:`nonfinite_flag`).
+        read here, the op reading it or, given ``reciprocal``, possibly its unscaled values
+        (see :func:`nonfinite_flag`).
         """
         return None, None
 
@@ -169,8 +195,8 @@ class InfNanDetector(OverflowDetector):
 
     name = "inf_nan"
 
-    def observe_scaled_gradients(self, grads, readers=None):
-        return None, nonfinite_flag(grads, readers)
+    def observe_scaled_gradients(self, grads, readers=None, reciprocal=None):
+        return None, nonfinite_flag(grads, readers, reciprocal)
 
     def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
         return _ieee_status(grads, known_flags)
@@ -192,9 +218,9 @@ class _RegisterDetector(OverflowDetector):
         """In saturation mode, also count IEEE infs/NaNs in gradients no observation covers."""
         return False
 
-    def observe_scaled_gradients(self, grads, readers=None):
+    def observe_scaled_gradients(self, grads, readers=None, reciprocal=None):
         if self._inf_nan_mode():
-            return None, nonfinite_flag(grads, readers)
+            return None, nonfinite_flag(grads, readers, reciprocal)
         return None, None
 
     def read_status(self, grads, reader=None, known_flags=(), wait_for=()):
@@ -248,12 +274,12 @@ class EmulationDetector(_RegisterDetector):
     def _check_finite_too(self):
         return True
 
-    def observe_scaled_gradients(self, grads, readers=None):
+    def observe_scaled_gradients(self, grads, readers=None, reciprocal=None):
         if self._inf_nan_mode():
-            return None, nonfinite_flag(grads, readers)
+            return None, nonfinite_flag(grads, readers, reciprocal)
         # Saturation events inside the model were recorded by saturate(); IEEE infs and NaNs of
         # code outside it are recorded here, with one read pass over the scaled gradients.
-        flag = nonfinite_flag(grads, readers)
+        flag = nonfinite_flag(grads, readers, reciprocal)
         with tf.control_dependencies([emulation.record(flag > 0)]):
             return tf.identity(flag), None
 

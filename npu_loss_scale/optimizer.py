@@ -427,9 +427,12 @@ class NPULossScaleOptimizer(_Base):
         # gradient's unscaling waits for the check's read of that gradient, so the multiply is
         # the last reader of the scaled values and TensorFlow writes the unscaled values into
         # their buffer (no new 4-bytes-per-parameter allocation, no second buffer to fill).
+        # With the fused kernel (npu_loss_scale._kernels) the check and the unscaling are one
+        # pass: the check hands back the unscaled values.
         readers = {}
-        wait, flag = self._detector.observe_scaled_gradients(grads, readers)
-        unscaled = self._unscale_after(grads, readers)
+        reciprocal = 1 / self._loss_scale()
+        wait, flag = self._detector.observe_scaled_gradients(grads, readers, reciprocal)
+        unscaled = self._unscale_after(grads, readers, reciprocal)
         self._mark_observed([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
                              if g is not None], (wait, flag))
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
@@ -437,11 +440,9 @@ class NPULossScaleOptimizer(_Base):
     def _scale_grad(self, grad, loss_scale_reciprocal):
         return unscale_gradient(grad, loss_scale_reciprocal)
 
-    def _unscale_after(self, grads, readers):
-        """``_unscale_grads``, each gradient's multiply run after ``readers[id(values)]``."""
-        if not readers or tf.executing_eagerly():
-            return self._unscale_grads(grads)
-        reciprocal = 1 / self._loss_scale()
+    def _unscale_after(self, grads, readers, reciprocal):
+        """``_unscale_grads``, each gradient's multiply run after ``readers[id(values)]`` (or
+        taken from it when the check already unscaled that gradient)."""
         out = []
         for g in grads:
             if g is None:
@@ -449,7 +450,12 @@ class NPULossScaleOptimizer(_Base):
                 continue
             values = g.values if isinstance(g, tf.IndexedSlices) else g
             reader = readers.get(id(values))
-            with tf.control_dependencies([reader] if reader is not None else []):
+            if isinstance(reader, detection.Unscaled):
+                out.append(tf.IndexedSlices(reader.values, g.indices, g.dense_shape)
+                           if isinstance(g, tf.IndexedSlices) else reader.values)
+                continue
+            with tf.control_dependencies([reader] if reader is not None
+                                         and not tf.executing_eagerly() else []):
                 out.append(self._scale_grad(g, reciprocal))
         return out
 

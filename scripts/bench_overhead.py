@@ -29,6 +29,11 @@ the loss-scaled variants (Grappler would drop a multiply by the constant 1). Var
   tf_dynamic       TensorFlow's MixedPrecisionLossScaleOptimizer, dynamic <- baseline B
   nls_inf_nan      NPULossScaleOptimizer, inf_nan backend
   nls_emulation    NPULossScaleOptimizer, emulation backend
+  unscale_only     NPULossScaleOptimizer with FixedLossScaleManager(enable_overflow_check=False):
+                   the unscaling multiply alone, no check and no conditional apply. Every
+                   loss-scale optimizer pays it (TensorFlow's included), so its ratio to
+                   TensorFlow's overhead is the floor of any implementation that unscales the
+                   gradients before the inner optimizer sees them.
 
 Each of ``--repeats`` rounds times ``--steps`` steps of every variant (the order rotated round by
 round). It prints the kernels one traced step of each variant runs (so nothing is folded away:
@@ -114,7 +119,8 @@ def bert_base_shapes(hidden=768, layers=12, ffn=3072, vocab=30522, positions=512
     return shapes
 
 
-BERT_VARIANTS = ["plain", "read_pass", "tf_dynamic", "nls_inf_nan", "nls_emulation"]
+BERT_VARIANTS = ["plain", "read_pass", "tf_dynamic", "nls_inf_nan", "nls_emulation",
+                 "unscale_only"]
 
 
 def build_bert(shapes):
@@ -143,6 +149,9 @@ def build_bert(shapes):
             opt = nls.NPULossScaleOptimizer(
                 opt, nls.ExponentialUpdateLossScaleManager(2 ** 15, 1000),
                 backend=variant[len("nls_"):])
+        elif variant == "unscale_only":
+            opt = nls.NPULossScaleOptimizer(
+                opt, nls.FixedLossScaleManager(2 ** 15, enable_overflow_check=False))
         with tf.name_scope(variant):
             grads_and_vars = opt.compute_gradients(loss, weights)
             train = opt.apply_gradients(grads_and_vars)
@@ -222,7 +231,8 @@ def bench_bert(args):
     print("\nHow to read: overhead = a variant's ms/step minus plain's in the same round, median "
           "[quartiles] over the rounds; 'vs tf' = median overhead / tf_dynamic's median overhead, "
           "with the 5-95 % range when the rounds are resampled (bootstrap). Target: at most "
-          "0.60x for nls_inf_nan and nls_emulation. A range reaching past 0.60 means the run "
+          "0.60x for nls_inf_nan and nls_emulation; unscale_only is the multiply they (and "
+          "TensorFlow) cannot avoid. A range reaching past 0.60 means the run "
           "cannot tell: use more --repeats or a quieter machine. On a loaded machine trust the "
           "CPU table over the wall-clock one.")
 

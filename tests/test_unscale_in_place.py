@@ -1,5 +1,7 @@
 """The unscaling multiply is the last reader of each scaled gradient, so TensorFlow writes the
 unscaled values into the scaled gradient's own buffer: no new buffer per gradient and step.
+Both with the fused unscale-and-check kernel (one op per gradient) and without it (the multiply
+waits for the check's sum).
 
 Checked from the allocation records of a traced step: the multiply's output has the address of
 its input. Before the unscaling waited for the check's read, the emulation backend never got
@@ -30,8 +32,10 @@ def _source(tensor):
     return tensor
 
 
+@pytest.mark.parametrize("fused", ["on", "off"])
 @pytest.mark.parametrize("backend", ["emulation", "inf_nan"])
-def test_each_unscaling_multiply_writes_into_the_scaled_gradient(backend):
+def test_each_unscaling_multiply_writes_into_the_scaled_gradient(backend, fused, monkeypatch):
+    monkeypatch.setenv("NPU_LOSS_SCALE_FUSED_UNSCALE", fused)
     with tf.Graph().as_default():
         ws = [tf.compat.v1.get_variable("w%d" % i, s, initializer=tf.ones_initializer())
               for i, s in enumerate(SHAPES)]
@@ -43,7 +47,7 @@ def test_each_unscaling_multiply_writes_into_the_scaled_gradient(backend):
         train = opt.apply_gradients(grads_and_vars)
         muls = []
         for g, _ in grads_and_vars:
-            assert g.op.type == "Mul", g.op.type
+            assert g.op.type == ("NlsUnscaleAndCheck" if fused == "on" else "Mul"), g.op.type
             scaled = [_source(t) for t in g.op.inputs if t.shape.rank]
             assert len(scaled) == 1
             muls.append((g, scaled[0]))

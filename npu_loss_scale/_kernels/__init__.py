@@ -1,0 +1,146 @@
+"""Native kernels, built on first use with the machine's C++ compiler and TensorFlow's headers.
+
+``NlsUnscaleAndCheck(scaled, reciprocal) -> (unscaled, check)`` makes one pass over a scaled
+gradient: it writes ``scaled * reciprocal`` (into the gradient's own buffer when TensorFlow lets
+it) and returns ``check``, 0.0 when every scaled value is finite and NaN otherwise. The product
+is bitwise what TensorFlow's ``Mul`` gives (float16/bfloat16 are multiplied in float32 and
+rounded back, as :func:`npu_loss_scale.optimizer.unscale_gradient` does). It replaces the
+unscaling multiply plus the per-tensor sum of the ``inf_nan`` and ``emulation`` backends:
+one pass over the gradients instead of two.
+
+Building needs a C++17 compiler (``$CXX``, else ``g++``, else ``c++``) and takes about
+20 seconds, once per TensorFlow version and machine: the library is cached under
+``$NPU_LOSS_SCALE_CACHE`` (default ``~/.cache/npu_loss_scale``), keyed by the source, the
+TensorFlow version and its compile flags. ``NPU_LOSS_SCALE_FUSED_UNSCALE`` chooses:
+
+``auto`` (default)
+    use the kernel when it builds; otherwise warn once (:class:`FusedKernelWarning`, with the
+    reason) and keep the two-pass path, which gives the same decisions and values.
+``on``
+    the kernel is required: a failed build raises :class:`FusedKernelError`.
+``off``
+    never build or use it.
+
+A training graph that contains the op can be imported from a MetaGraph only where the library
+is loaded (:func:`load_unscale_check` loads it).
+"""
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import warnings
+
+ENV_MODE = "NPU_LOSS_SCALE_FUSED_UNSCALE"
+ENV_CACHE = "NPU_LOSS_SCALE_CACHE"
+MODES = ("auto", "on", "off")
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unscale_check.cc")
+_lock = threading.Lock()
+_state = {}
+
+
+class FusedKernelError(RuntimeError):
+    """The fused kernel was required (``NPU_LOSS_SCALE_FUSED_UNSCALE=on``) and is unavailable."""
+
+
+class FusedKernelWarning(UserWarning):
+    """The fused kernel did not build; the two-pass path is used instead."""
+
+
+def mode():
+    value = os.environ.get(ENV_MODE, "auto").strip().lower() or "auto"
+    if value not in MODES:
+        raise ValueError("%s must be one of %s; got %r"
+                         % (ENV_MODE, ", ".join(MODES), os.environ.get(ENV_MODE)))
+    return value
+
+
+def _compiler():
+    for candidate in (os.environ.get("CXX"), "g++", "c++"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def _cache_dir():
+    root = os.environ.get(ENV_CACHE) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "npu_loss_scale")
+    return os.path.join(root, "kernels")
+
+
+def _build(tf):
+    """Path of the built library (building it if the cache has none), or raises OSError."""
+    cxx = _compiler()
+    if cxx is None:
+        raise OSError("no C++ compiler found ($CXX, g++, c++)")
+    cflags = list(tf.sysconfig.get_compile_flags())
+    lflags = list(tf.sysconfig.get_link_flags())
+    with open(_SOURCE, "rb") as handle:
+        source = handle.read()
+    key = hashlib.sha256(b"\0".join(
+        [source, tf.__version__.encode(), sys.platform.encode(), cxx.encode()]
+        + [f.encode() for f in cflags + lflags])).hexdigest()[:20]
+    folder = _cache_dir()
+    os.makedirs(folder, exist_ok=True)
+    target = os.path.join(folder, "unscale_check-%s.so" % key)
+    if os.path.exists(target):
+        return target
+    # one build at a time across processes (several ranks start together)
+    with open(os.path.join(folder, ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(target):
+            return target
+        partial = "%s.%d.tmp" % (target, os.getpid())
+        cmd = [cxx, "-O3", "-shared", "-fPIC", _SOURCE, "-o", partial] + cflags + lflags
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+        except subprocess.TimeoutExpired as err:
+            raise OSError("the compiler did not finish in 300 s") from err
+        if proc.returncode != 0:
+            if os.path.exists(partial):
+                os.remove(partial)
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise OSError("compiler exit %d: %s" % (proc.returncode, " | ".join(tail)))
+        os.replace(partial, target)
+    return target
+
+
+def load_unscale_check():
+    """The loaded op module (``.nls_unscale_and_check``), or None when the mode is ``off`` or
+    (mode ``auto``) the build failed. Mode ``on`` raises :class:`FusedKernelError` instead."""
+    wanted = mode()
+    if wanted == "off":
+        return None
+    with _lock:
+        if "module" not in _state:
+            import tensorflow as tf  # pylint: disable=import-outside-toplevel
+            try:
+                _state["module"] = tf.load_op_library(_build(tf))
+                _state["error"] = None
+            except (OSError, tf.errors.NotFoundError) as err:
+                _state["module"], _state["error"] = None, str(err)
+        module, error = _state["module"], _state["error"]
+        if module is None:
+            if wanted == "on":
+                raise FusedKernelError(
+                    "%s=on, but the fused unscale-and-check kernel is unavailable: %s"
+                    % (ENV_MODE, error))
+            if not _state.get("warned"):
+                _state["warned"] = True
+                warnings.warn("npu_loss_scale: the fused unscale-and-check kernel did not build "
+                              "(%s); gradients are checked and unscaled in two passes (same "
+                              "results, slower). Set %s=off to silence this."
+                              % (error, ENV_MODE), FusedKernelWarning, stacklevel=3)
+    return module
+
+
+def unavailable_reason():
+    """Why the last :func:`load_unscale_check` gave None (None when it loaded or never ran)."""
+    return _state.get("error")
+
+
+def _reset_for_tests():
+    _state.clear()

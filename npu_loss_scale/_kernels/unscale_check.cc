@@ -1,0 +1,110 @@
+// One pass over a scaled gradient: writes the unscaled values (in place when TensorFlow lets
+// the kernel reuse the input buffer) and says whether any scaled value was an inf or a NaN.
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace nls {
+
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+REGISTER_OP("NlsUnscaleAndCheck")
+    .Input("scaled: T")
+    .Input("reciprocal: float")
+    .Output("unscaled: T")
+    .Output("check: float")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    });
+
+// Exponent field of each type, and the bit pattern that marks an inf or a NaN.
+template <typename T> struct Bits;
+template <> struct Bits<float> {
+  using U = uint32_t;
+  static constexpr U kExp = 0x7f800000u, kStep = 0x00800000u, kTop = 0x80000000u;
+};
+template <> struct Bits<double> {
+  using U = uint64_t;
+  static constexpr U kExp = 0x7ff0000000000000ull, kStep = 0x0010000000000000ull,
+                     kTop = 0x8000000000000000ull;
+};
+template <> struct Bits<Eigen::half> {
+  using U = uint16_t;
+  static constexpr U kExp = 0x7c00u, kStep = 0x0400u, kTop = 0x8000u;
+};
+template <> struct Bits<Eigen::bfloat16> {
+  using U = uint16_t;
+  static constexpr U kExp = 0x7f80u, kStep = 0x0080u, kTop = 0x8000u;
+};
+
+template <typename T> inline T Times(T x, float r) {
+  return static_cast<T>(static_cast<float>(x) * r);
+}
+template <> inline float Times<float>(float x, float r) { return x * r; }
+template <> inline double Times<double>(double x, float r) { return x * static_cast<double>(r); }
+
+template <typename T>
+class UnscaleAndCheckOp : public OpKernel {
+ public:
+  explicit UnscaleAndCheckOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    const Tensor& rt = ctx->input(1);
+    OP_REQUIRES(ctx, rt.NumElements() == 1,
+                absl::InvalidArgumentError("reciprocal must be a scalar"));
+    const float r = rt.flat<float>()(0);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));
+    Tensor* check = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &check));
+    using U = typename Bits<T>::U;
+    const T* src = in.flat<T>().data();
+    T* dst = out->flat<T>().data();
+    const int64_t n = in.NumElements();
+    std::atomic<bool> bad(false);
+    auto work = [&](int64_t begin, int64_t end) {
+      U acc = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        const T x = src[i];
+        U bits;
+        std::memcpy(&bits, &x, sizeof(U));
+        acc |= static_cast<U>(static_cast<U>((bits & Bits<T>::kExp) + Bits<T>::kStep) &
+                              Bits<T>::kTop);
+        dst[i] = Times<T>(x, r);
+      }
+      if (acc) bad.store(true, std::memory_order_relaxed);
+    };
+    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    if (n < 32768 || threads == nullptr || threads->num_threads <= 1) {
+      work(0, n);
+    } else {
+      threads->workers->ParallelFor(n, /*cost_per_unit=*/4, work);
+    }
+    check->scalar<float>()() = bad.load() ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+  }
+};
+
+#define NLS_REGISTER(T)                                                        \
+  REGISTER_KERNEL_BUILDER(                                                     \
+      Name("NlsUnscaleAndCheck").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
+      UnscaleAndCheckOp<T>)
+NLS_REGISTER(float);
+NLS_REGISTER(double);
+NLS_REGISTER(Eigen::half);
+NLS_REGISTER(Eigen::bfloat16);
+#undef NLS_REGISTER
+
+}  // namespace nls
