@@ -29,6 +29,10 @@ the loss-scaled variants (Grappler would drop a multiply by the constant 1). Var
   tf_dynamic       TensorFlow's MixedPrecisionLossScaleOptimizer, dynamic <- baseline B
   nls_inf_nan      NPULossScaleOptimizer, inf_nan backend
   nls_emulation    NPULossScaleOptimizer, emulation backend
+                   (both with the fused unscale-and-check kernel of npu_loss_scale._kernels
+                   when it builds: the run says whether it did)
+  nls_inf_nan_2p   the same, built with NPU_LOSS_SCALE_FUSED_UNSCALE=off: the check (one sum
+  nls_emulation_2p per tensor) and the unscaling multiply as two passes
   unscale_only     NPULossScaleOptimizer with FixedLossScaleManager(enable_overflow_check=False):
                    the unscaling multiply alone, no check and no conditional apply. Every
                    loss-scale optimizer pays it (TensorFlow's included), so its ratio to
@@ -53,6 +57,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import npu_loss_scale as nls  # noqa: E402
+from npu_loss_scale import _kernels  # noqa: E402
+
+FUSED_ENV = _kernels.ENV_MODE
 
 
 def build(variant, layers, width, batch):
@@ -120,7 +127,7 @@ def bert_base_shapes(hidden=768, layers=12, ffn=3072, vocab=30522, positions=512
 
 
 BERT_VARIANTS = ["plain", "read_pass", "tf_dynamic", "nls_inf_nan", "nls_emulation",
-                 "unscale_only"]
+                 "nls_inf_nan_2p", "nls_emulation_2p", "unscale_only"]
 
 
 def build_bert(shapes):
@@ -148,12 +155,22 @@ def build_bert(shapes):
         elif variant.startswith("nls_"):
             opt = nls.NPULossScaleOptimizer(
                 opt, nls.ExponentialUpdateLossScaleManager(2 ** 15, 1000),
-                backend=variant[len("nls_"):])
+                backend=variant[len("nls_"):].replace("_2p", ""))
         elif variant == "unscale_only":
             opt = nls.NPULossScaleOptimizer(
                 opt, nls.FixedLossScaleManager(2 ** 15, enable_overflow_check=False))
+        saved = os.environ.get(FUSED_ENV)
+        if variant.endswith("_2p"):
+            os.environ[FUSED_ENV] = "off"
+        try:
+            with tf.name_scope(variant):
+                grads_and_vars = opt.compute_gradients(loss, weights)
+        finally:
+            if saved is None:
+                os.environ.pop(FUSED_ENV, None)
+            else:
+                os.environ[FUSED_ENV] = saved
         with tf.name_scope(variant):
-            grads_and_vars = opt.compute_gradients(loss, weights)
             train = opt.apply_gradients(grads_and_vars)
             if variant == "read_pass":
                 total = tf.add_n([tf.reduce_sum(g) for g, _ in grads_and_vars])
@@ -223,7 +240,11 @@ def bench_bert(args):
     for v in BERT_VARIANTS:
         k = kernels[v]
         print("  %-14s %s" % (v, ", ".join("%s %d" % (op, k.get(op, 0))
-                                         for op in ("Mul", "Sum", "IsFinite", "All"))))
+                                         for op in ("Mul", "Sum", "IsFinite", "All",
+                                                    "NlsUnscaleAndCheck"))))
+    print("fused unscale-and-check kernel: %s" % (
+        "used by nls_inf_nan and nls_emulation" if _kernels.load_unscale_check() is not None
+        else "not available (%s)" % _kernels.unavailable_reason()))
     for clock, title in (("wall", "wall-clock ms per step"),
                          ("cpu", "CPU ms per step (all threads of this process; less "
                                  "sensitive to other processes than wall clock)")):
