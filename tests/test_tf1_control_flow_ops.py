@@ -1,6 +1,8 @@
 """TF1 mode: ``tensorflow.python.ops.control_flow_ops`` keeps the TF 1.15 names TF 2.14 moved out
 of it (``cond``, ``case``, ``while_loop``, ``Assert``), for user files and for tf-slim, whose
-``utils.smart_cond`` (batch norm with a tensor ``is_training``) calls ``control_flow_ops.cond``."""
+``utils.smart_cond`` (batch norm with a tensor ``is_training``) calls ``control_flow_ops.cond``;
+``tensorflow.python.layers.normalization`` has ``tf.compat.v1.layers``' batch norm, which
+tf-slim's ``batch_norm`` builds with the default ``updates_collections``."""
 import json
 import os
 import subprocess
@@ -45,6 +47,23 @@ with tf.Session() as sess:
 """
 
 
+_SLIM_UPDATE_OPS_SCRIPT = """\
+import json
+import tensorflow as tf
+import tensorflow.contrib.slim as slim
+from tensorflow.python.layers import normalization
+images = tf.ones([2, 4, 4, 3]) * tf.reshape(tf.range(3, dtype=tf.float32), [1, 1, 1, 3])
+net = slim.batch_norm(images, is_training=True, decay=0.5)
+updates = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
+mean = [v for v in tf.global_variables() if "moving_mean" in v.name][0]
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    sess.run([net] + updates)
+    print(json.dumps({"updates": len(updates), "moving_mean": sess.run(mean).tolist(),
+                      "same": normalization.BatchNormalization is tf.layers.BatchNormalization}))
+"""
+
+
 def _emulate_tf1(tmp_path, name, text):
     script = tmp_path / name
     script.write_text(text)
@@ -70,3 +89,18 @@ def test_tf1_contrib_slim_batch_norm_with_a_tensor_is_training(tmp_path):
     result = _emulate_tf1(tmp_path, "slim_batch_norm.py", _SLIM_SCRIPT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [2, 4, 4, 2]
+
+
+def test_tf1_contrib_slim_batch_norm_with_update_ops_uses_the_v1_layers_batch_norm(tmp_path):
+    pytest.importorskip("tf_slim")
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    result = _emulate_tf1(tmp_path, "slim_batch_norm_update_ops.py", _SLIM_UPDATE_OPS_SCRIPT)
+    try:
+        tf.compat.v1.layers.BatchNormalization  # pylint: disable=pointless-statement
+    except AttributeError:  # Keras 3: TF1 layers need the tf_keras package, as TensorFlow says
+        assert result.returncode != 0
+        assert "No module named 'tf_keras'" in result.stderr, result.stderr[-3000:]
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out == {"updates": 2, "moving_mean": [0.0, 0.5, 1.0], "same": True}

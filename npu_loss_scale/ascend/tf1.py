@@ -34,9 +34,11 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
 * ``tensorflow.python.framework.ops`` and ``tensorflow.python.ops.control_flow_ops`` in user
   files also have the TF 1.15 names TF 2.x moved out of them (``ops.Tensor``,
   ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...;
-  ``control_flow_ops.cond``, ``case``, ``while_loop``, ``Assert``, the v1 functions); so they
-  have in ``tf_slim``, the library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0 release
-  still reads ``ops.Tensor`` and ``control_flow_ops.cond``.
+  ``control_flow_ops.cond``, ``case``, ``while_loop``, ``Assert``, the v1 functions), and
+  ``tensorflow.python.layers.normalization`` has ``tf.compat.v1.layers``' batch norm when
+  TensorFlow would load it from the absent ``tf_keras``; so they have in ``tf_slim``, the
+  library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0 release still reads
+  ``ops.Tensor``, ``control_flow_ops.cond`` and ``normalization.BatchNormalization``.
 
 What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
@@ -315,6 +317,15 @@ _MOVED_NAMES = {
     "tensorflow.python.ops.control_flow_ops": {
         "cond": "compat.v1.cond", "case": "compat.v1.case", "while_loop": "compat.v1.while_loop",
         "Assert": "compat.v1.Assert"},
+    # TF 1.15's tf.layers batch norm; TF 2.15 loads this module's names from the separate
+    # tf_keras package, but tf.compat.v1.layers has the same classes from its own Keras 2
+    # (tf-slim's batch_norm uses them unless updates_collections=None); with Keras 3 (no
+    # tf.compat.v1.layers) the error stays TensorFlow's, naming tf_keras
+    "tensorflow.python.layers.normalization": {
+        "BatchNormalization": "compat.v1.layers.BatchNormalization",
+        "BatchNorm": "compat.v1.layers.BatchNormalization",
+        "batch_normalization": "compat.v1.layers.batch_normalization",
+        "batch_norm": "compat.v1.layers.batch_normalization"},
 }
 
 
@@ -333,12 +344,16 @@ def _module_with_moved_names(name):
             def __getattr__(self, item):
                 try:
                     return getattr(real, item)
-                except AttributeError:
+                except (AttributeError, ImportError) as err:
                     if item not in moved:
                         raise
+                    error = err  # a lazy module of TF 2.x may raise ModuleNotFoundError
                 value = tf
-                for part in moved[item].split("."):
-                    value = getattr(value, part)
+                try:
+                    for part in moved[item].split("."):
+                        value = getattr(value, part)
+                except AttributeError:
+                    raise error  # pylint: disable=raise-missing-from
                 return value
 
         proxy = _WithMovedNames(name, real.__doc__)
