@@ -84,9 +84,12 @@ def loss_tensor(loss):
 
 
 def variable_list(name, var_list):
-    """Checks an explicit ``var_list``: at least one variable, every one floating-point.
+    """Checks an explicit ``var_list``: at least one variable, at least one floating-point.
 
     ``None`` (the trainable variables) passes; entries without a dtype are left to TensorFlow.
+    Integer variables beside floating-point ones pass: TensorFlow gives them no gradient
+    (``(None, var)``) and ``apply_gradients`` leaves them alone, as TF 1.15 scripts passing
+    ``tf.global_variables()`` (the global step among them) rely on.
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     if var_list is None:
@@ -99,13 +102,17 @@ def variable_list(name, var_list):
     if not var_list:
         raise ValueError("%s must hold at least one variable to optimize, or be None (the "
                          "trainable variables); got %r" % (name, given))
+    not_floating = []
     for i, var in enumerate(var_list):
         dtype = _dtype_of(var)
         if dtype is not None and hasattr(dtype, "is_floating") and not dtype.is_floating:
-            raise TypeError("%s must hold floating-point variables (%s): gradients exist only for "
-                            "them; got %s[%d] = %r of dtype %s"
-                            % (name, _FLOAT_NAMES, name, i, getattr(var, "name", var),
-                               dtype.name))
+            not_floating.append((i, var, dtype))
+    if len(not_floating) == len(var_list):
+        i, var, dtype = not_floating[0]
+        raise TypeError("%s must hold at least one floating-point variable (%s): gradients "
+                        "exist only for them; got none, %s[%d] = %r of dtype %s"
+                        % (name, _FLOAT_NAMES, name, i, getattr(var, "name", var),
+                           dtype.name))
     return var_list
 
 

@@ -109,9 +109,28 @@ def b_var_list_string(ctx):
 
 
 def b_var_list_integer(ctx):
+    """``tf.global_variables()`` as the var_list (a TF 1.15 habit): the integer global step gets
+    no gradient, as in TensorFlow, and the float variable is trained."""
     v = _var()
     n = _var("n", 1, tf.int32)
-    return lambda: _opt().minimize(v * tf.cast(n, tf.float32), var_list=[v, n])
+    step = tf.compat.v1.train.get_or_create_global_step()
+    opt = _opt()
+    grads_and_vars = opt.compute_gradients(v * tf.cast(n, tf.float32),
+                                           var_list=tf.compat.v1.global_variables())
+    assert [g is None for g, _ in grads_and_vars] == [False, True, True]
+    train = opt.apply_gradients(grads_and_vars, global_step=step)
+
+    def trigger():
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train)
+            np.testing.assert_allclose(sess.run([v, n, step]), [1.0 - 0.1, 1, 1])
+    return trigger
+
+
+def b_var_list_only_integer(ctx):
+    n = _var("n", 1, tf.int32)
+    return lambda: _opt().minimize(tf.cast(n, tf.float32) * 2.0, var_list=[n])
 
 
 def b_mixed_dtype_gradients(ctx):
@@ -485,8 +504,12 @@ CASES = [
     case("var-list-a-string", OPT + ".minimize", b_var_list_string, TypeError,
          r"var_list must be a list of variables, or None \(the trainable variables\); got 'v' "
          r"\(type str\)"),
-    case("var-list-integer-variable", OPT + ".minimize", b_var_list_integer, TypeError,
-         r"var_list must hold floating-point variables .*got var_list\[1\] = 'n:0' of dtype int32"),
+    case("var-list-with-an-integer-variable", OPT + ".compute_gradients", b_var_list_integer,
+         behaviour="handled: the integer variable (a global step in tf.global_variables()) gets "
+                   "no gradient, as in TensorFlow, and the floating-point one is trained"),
+    case("var-list-only-integer-variables", OPT + ".minimize", b_var_list_only_integer, TypeError,
+         r"var_list must hold at least one floating-point variable .*got none, var_list\[0\] = "
+         r"'n:0' of dtype int32"),
     case("mixed-dtype-gradients", OPT + ".apply_gradients", b_mixed_dtype_gradients,
          behaviour="handled: a float16 and a float32 gradient are each applied to their own "
                    "variable in their own dtype"),

@@ -31,10 +31,14 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
 * Keras module paths that moved (:func:`moved_keras_module`): ``tensorflow.python.keras.*`` (TF
   1.15's ``tf.keras``) and TF 2.6 ``keras.*`` locations such as ``keras.layers.core`` resolve to
   the modules of the installed ``tf.keras`` when it is Keras 2;
-* ``tensorflow.python.framework.ops`` in user files also has the TF 1.15 names TF 2.x moved out
-  of it (``ops.Tensor``, ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...);
-  so it has in ``tf_slim``, the library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0
-  release still reads ``ops.Tensor``.
+* ``tensorflow.python.framework.ops`` and ``tensorflow.python.ops.control_flow_ops`` in user
+  files also have the TF 1.15 names TF 2.x moved out of them (``ops.Tensor``,
+  ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...;
+  ``control_flow_ops.cond``, ``case``, ``while_loop``, ``Assert``, the v1 functions), and
+  ``tensorflow.python.layers.normalization`` has ``tf.compat.v1.layers``' batch norm when
+  TensorFlow would load it from the absent ``tf_keras``; so they have in ``tf_slim``, the
+  library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0 release still reads
+  ``ops.Tensor``, ``control_flow_ops.cond`` and ``normalization.BatchNormalization``.
 
 What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
@@ -300,61 +304,92 @@ def _import_moved(original, name, target, globals_, locals_, fromlist):
 
 
 _OPS = "tensorflow.python.framework.ops"
-# TF 1.15 names of tensorflow.python.framework.ops that TF 2.x moved to other modules, by the
-# public name of the same object (``ops.Tensor`` is used by 18 ModelZoo files)
-_OPS_MOVED = {"Tensor": "Tensor", "IndexedSlices": "IndexedSlices",
-              "IndexedSlicesValue": "IndexedSlicesValue",
-              "register_tensor_conversion_function": "register_tensor_conversion_function",
-              "convert_to_tensor_v2": "convert_to_tensor", "name_scope_v2": "name_scope"}
+# TF 1.15 names of TensorFlow's internal modules that TF 2.x moved to other modules, by module,
+# then by the path under ``tensorflow`` of the same object today (``ops.Tensor`` is used by 18
+# ModelZoo files; ``control_flow_ops.cond``, ``while_loop``, ``Assert`` by about 140, and tf-slim
+# 1.1.0 itself calls ``control_flow_ops.cond``, moved to ``tensorflow.python.ops.cond`` in TF 2.14)
+_MOVED_NAMES = {
+    _OPS: {"Tensor": "Tensor", "IndexedSlices": "IndexedSlices",
+           "IndexedSlicesValue": "IndexedSlicesValue",
+           "register_tensor_conversion_function": "register_tensor_conversion_function",
+           "convert_to_tensor_v2": "convert_to_tensor", "name_scope_v2": "name_scope"},
+    # TF 1.15's control_flow_ops.cond/case/while_loop/Assert are the v1 functions
+    "tensorflow.python.ops.control_flow_ops": {
+        "cond": "compat.v1.cond", "case": "compat.v1.case", "while_loop": "compat.v1.while_loop",
+        "Assert": "compat.v1.Assert"},
+    # TF 1.15's tf.layers batch norm; TF 2.15 loads this module's names from the separate
+    # tf_keras package, but tf.compat.v1.layers has the same classes from its own Keras 2
+    # (tf-slim's batch_norm uses them unless updates_collections=None); with Keras 3 (no
+    # tf.compat.v1.layers) the error stays TensorFlow's, naming tf_keras
+    "tensorflow.python.layers.normalization": {
+        "BatchNormalization": "compat.v1.layers.BatchNormalization",
+        "BatchNorm": "compat.v1.layers.BatchNormalization",
+        "batch_normalization": "compat.v1.layers.batch_normalization",
+        "batch_norm": "compat.v1.layers.batch_normalization"},
+}
 
 
-def _framework_ops():
-    """``tensorflow.python.framework.ops`` as user code sees it: TF 2.x's module plus the TF 1.15
-    names that moved out of it (:data:`_OPS_MOVED`)."""
-    if "ops" not in _state:
+def _module_with_moved_names(name):
+    """Internal module ``name`` as user code sees it: TF 2.x's module plus the TF 1.15 names
+    that moved out of it (:data:`_MOVED_NAMES`)."""
+    cache = _state.setdefault("moved_names", {})
+    if name not in cache:
+        import importlib  # pylint: disable=import-outside-toplevel
         import types  # pylint: disable=import-outside-toplevel
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
+        real = importlib.import_module(name)
+        moved = _MOVED_NAMES[name]
 
-        class _Ops(types.ModuleType):
+        class _WithMovedNames(types.ModuleType):
             def __getattr__(self, item):
                 try:
-                    return getattr(ops, item)
+                    return getattr(real, item)
+                except (AttributeError, ImportError) as err:
+                    if item not in moved:
+                        raise
+                    error = err  # a lazy module of TF 2.x may raise ModuleNotFoundError
+                value = tf
+                try:
+                    for part in moved[item].split("."):
+                        value = getattr(value, part)
                 except AttributeError:
-                    if item in _OPS_MOVED:
-                        return getattr(tf, _OPS_MOVED[item])
-                    raise
+                    raise error  # pylint: disable=raise-missing-from
+                return value
 
-        proxy = _Ops(_OPS, ops.__doc__)
-        proxy.__file__ = getattr(ops, "__file__", None)
-        _state["ops"] = proxy
-    return _state["ops"]
+        proxy = _WithMovedNames(name, real.__doc__)
+        proxy.__file__ = getattr(real, "__file__", None)
+        cache[name] = proxy
+    return cache[name]
 
 
 def _is_tf_slim(globals_):
     """Whether the importing module is part of ``tf_slim``, which TF1 mode's ``tf.contrib.slim``
-    and ``tf.contrib.layers`` are: tf-slim 1.1.0 still reads ``ops.Tensor`` (gone in TF 2.14)."""
+    and ``tf.contrib.layers`` are: tf-slim 1.1.0 still reads ``ops.Tensor`` and
+    ``control_flow_ops.cond`` (gone in TF 2.14)."""
     return globals_ is not None and str(globals_.get("__name__", "")).startswith("tf_slim.")
 
 
-def _import_framework_ops(original, name, globals_, locals_, fromlist):
-    """``tensorflow.python.framework.ops`` in user code, or None when ``name`` is not it."""
-    if name == _OPS:
-        if fromlist:
-            original(name, globals_, locals_, fromlist, 0)
-            return _framework_ops()
-        import importlib  # pylint: disable=import-outside-toplevel
+def _import_with_moved_names(original, name, globals_, locals_, fromlist):
+    """A module of :data:`_MOVED_NAMES` imported in user code (``import a.b.m``, ``from a.b.m
+    import x``, ``from a.b import m``), or None when ``name`` is not one."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    if name in _MOVED_NAMES:
         original(name, globals_, locals_, fromlist, 0)
-        value = _framework_ops()
+        value = _module_with_moved_names(name)
+        if fromlist:
+            return value
         parts = name.split(".")
         for depth in range(len(parts) - 1, 0, -1):
             value = _PathProxy(importlib.import_module(".".join(parts[:depth])), parts[depth],
                                value)
         return value
-    if name == _OPS.rsplit(".", 1)[0] and fromlist and "ops" in fromlist:
-        import importlib  # pylint: disable=import-outside-toplevel
-        original(name, globals_, locals_, fromlist, 0)
-        return _PathProxy(importlib.import_module(name), "ops", _framework_ops())
+    if fromlist:
+        wanted = [item for item in fromlist if name + "." + item in _MOVED_NAMES]
+        if wanted:
+            value = original(name, globals_, locals_, fromlist, 0)
+            for item in wanted:
+                value = _PathProxy(value, item, _module_with_moved_names(name + "." + item))
+            return value
     return None
 
 
@@ -381,9 +416,9 @@ def enable(user_roots):
         if user and (name == "tensorflow.contrib" or name.startswith("tensorflow.contrib.")):
             return _import_contrib(v1, name, fromlist)
         if level == 0 and (user or _is_tf_slim(globals)):
-            ops = _import_framework_ops(original, name, globals, locals, fromlist)
-            if ops is not None:
-                return ops
+            module = _import_with_moved_names(original, name, globals, locals, fromlist)
+            if module is not None:
+                return module
         moved = moved_keras_module(name) if user else None
         if moved is not None and name.startswith(_TF_KERAS):
             try:

@@ -1,6 +1,7 @@
 """Shim of ``npu_bridge.estimator.npu.npu_hook``: the adapter's session-run hooks on CPU."""
 import tensorflow as tf
 
+from npu_loss_scale.ascend import loops
 from npu_bridge import _ranks
 from npu_bridge._shim import module_getattr as _module_getattr
 
@@ -61,5 +62,34 @@ class NPUOutputTensorHook(tf.compat.v1.train.SessionRunHook):
             self._output_fn(self._last)
 
 
-__all__ = ["NPUBroadcastGlobalVariablesHook", "NPUCheckpointSaverHook", "NPUOutputTensorHook"]
+class SetIterationsVarHook(tf.compat.v1.train.SessionRunHook):
+    """``iterations_per_loop`` for a training loop the script drives itself (a plain
+    ``tf.estimator.Estimator`` or a ``MonitoredTrainingSession`` with the NPU session config).
+
+    On the device the hook loads ``iterations_per_loop - 1`` into the adapter's loop variable
+    once the session exists, and each ``Session.run`` of the training graph then executes N
+    steps before returning to the host. On CPU: the operations among the fetches of each run of
+    the session (the train op) are marked as loops of N (:mod:`npu_loss_scale.ascend.loops`),
+    so that run executes N steps (global step advances by N; hooks see one call per loop).
+    """
+
+    def __init__(self, iterations_per_loop=None):
+        from npu_bridge.estimator.npu.util import check_positive_integer  # pylint: disable=import-outside-toplevel
+        check_positive_integer(iterations_per_loop, "iterations_per_loop")
+        self._iterations_per_loop = iterations_per_loop
+
+    def begin(self):
+        if self._iterations_per_loop > 1:
+            loops.install_run_hook()
+
+    def before_run(self, run_context):
+        if self._iterations_per_loop > 1:
+            for item in tf.nest.flatten(run_context.original_args.fetches):
+                if isinstance(item, tf.Operation):
+                    loops.mark_loop(item, self._iterations_per_loop)
+        return None
+
+
+__all__ = ["NPUBroadcastGlobalVariablesHook", "NPUCheckpointSaverHook", "NPUOutputTensorHook",
+           "SetIterationsVarHook"]
 __getattr__ = _module_getattr(__name__, __all__)
