@@ -13,6 +13,7 @@ the loss-scale API resolve to :mod:`npu_loss_scale`:
 * ``npu_bridge.estimator.npu.npu_plugin``: ``set_device_sat_mode``, ``is_inf_nan_enabled``
 * ``npu_bridge.helper.helper.get_gen_ops()``: the emulated float-status ops
 * ``npu_bridge.hccl.hccl_ops.allreduce`` (one rank only)
+* ``npu_bridge.npu_cpu.npu_cpu_ops.randomchoicewithmask`` (the AI-CPU RandomChoiceWithMask)
 
 Everything else of the adapter (NPUEstimator, NPU-specific ops, ...) is not emulated. The package
 is marked as a shim, so :func:`npu_loss_scale.detection.get_backend_name` keeps choosing the
