@@ -3,9 +3,9 @@
 Measured on the loss-scale model directories of ModelZoo-TensorFlow (directories using each):
 ``data.map_and_batch`` 26, ``layers.xavier_initializer`` 26, ``data.parallel_interleave`` 24,
 ``data.AUTOTUNE`` 24, ``layers.layer_norm`` 20, ``slim`` 19, ``layers.variance_scaling_initializer``
-12, ``layers.l2_regularizer`` 8 (``tpu.*`` 15-20 too: TPU estimators, not mapped). Each mapped
-name is TF 2.x's equivalent with TF 1.15's arguments; ``slim`` is the maintained ``tf_slim``
-package when it is installed. Any other name raises an AttributeError that names it.
+12, ``layers.l2_regularizer`` 8, ``tpu.*`` 15-20 (TPU estimators run with ``use_tpu=False``).
+Each mapped name is TF 2.x's equivalent with TF 1.15's arguments; ``slim`` is the maintained
+``tf_slim`` package when it is installed. Any other name raises an AttributeError that names it.
 
 Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 1.15's contrib):
 
@@ -19,6 +19,12 @@ Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 
   ``DropoutWrapper``, ``LSTMStateTuple``...), ``static_rnn``, ``static_bidirectional_rnn`` (TF
   2.15; TF 2.21's Keras 3 has no v1 cells, so there these names raise the not-mapped error);
 * ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods;
+* ``tpu``: TF 1.15's contrib.tpu re-exported the TPU estimator and the v1 TPU functions; here
+  ``RunConfig``, ``TPUConfig``, ``TPUEstimator``, ``TPUEstimatorSpec``, ``InputPipelineConfig``
+  are ``tf.compat.v1.estimator.tpu``'s (``tensorflow-estimator``, TF <= 2.15; without it they
+  raise an error saying so), other names ``tf.compat.v1.tpu``'s (``CrossShardOptimizer``...).
+  BERT-style scripts build a ``TPUEstimator(use_tpu=False)``, which runs as an Estimator on CPU;
+  ``cluster_resolver``: ``tf.distribute.cluster_resolver``;
 * ``mixed_precision`` (and its ``python.loss_scale_manager``/``loss_scale_optimizer`` modules):
   this package's loss-scale managers and an inf/NaN-checking ``LossScaleOptimizer``
   (:func:`_mixed_precision`).
@@ -357,6 +363,33 @@ def _mixed_precision():
                LossScaleOptimizer=LossScaleOptimizer, **managers)
 
 
+_TPU_ESTIMATOR_NAMES = ("RunConfig", "TPUConfig", "TPUEstimator", "TPUEstimatorSpec",
+                        "InputPipelineConfig")
+
+
+class _Tpu(_Namespace):
+    """``tf.contrib.tpu``: the TPU estimator (``tf.compat.v1.estimator.tpu``) and ``tf.compat.v1.
+    tpu``'s functions, as TF 1.15's contrib.tpu re-exported both."""
+
+    def __getattr__(self, name):
+        if name in _TPU_ESTIMATOR_NAMES:
+            try:
+                return getattr(tf.compat.v1.estimator.tpu, name)
+            except (ImportError, AttributeError) as err:
+                raise AttributeError(
+                    "tf.contrib.tpu.%s is TensorFlow's TPU Estimator, which this TensorFlow does "
+                    "not have (it was removed after TF 2.15; install tensorflow-estimator with "
+                    "TF 2.15): %s" % (name, err)) from None
+        return super().__getattr__(name)
+
+
+def _tpu():
+    out = _Tpu()
+    object.__setattr__(out, "_path", "tf.contrib.tpu")
+    object.__setattr__(out, "_fallback", lambda: [tf.compat.v1.tpu])
+    return out
+
+
 class _Contrib(_Namespace):
     def __getattr__(self, name):
         if name == "slim":
@@ -387,6 +420,9 @@ def contrib():
             name: _v1_nn(name) for name in ("static_rnn", "static_bidirectional_rnn")
             if _v1_nn(name) is not None}),
         training=_ns("tf.contrib.training", HParams=HParams),
+        tpu=_tpu(),
+        cluster_resolver=_ns("tf.contrib.cluster_resolver",
+                             lambda: [tf.distribute.cluster_resolver]),
         mixed_precision=_mixed_precision())
     framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
     object.__setattr__(out.framework, "python", _ns("tensorflow.contrib.framework.python",
