@@ -36,7 +36,7 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   so it has in ``tf_slim``, the library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0
   release still reads ``ops.Tensor``.
 
-What is not done yet: ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
+What is not done yet: most of ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
 import builtins
 import os
