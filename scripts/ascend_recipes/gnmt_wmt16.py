@@ -2,9 +2,9 @@
 (train mode, DynamicRNN and fused LSTM, dynamic loss scale ``--npu_loss_scale=1``), on a tiny
 BPE-tokenised parallel corpus and its vocabularies, with a narrow network (16 units).
 
-GNMT's 4 layers are kept: with 2 (one unidirectional encoder layer) the script wraps its encoder
-state in one tuple too many and the decoder's LSTM fails on it (ValueError: not enough values to
-unpack), with or without the emulator."""
+GNMT's 4 layers are kept: with 2 (one unidirectional encoder layer) gnmt_model.py wraps the
+encoder state, already a tuple, in one tuple more (``(encoder_state,) if num_uni_layers == 1``)
+and the decoder's LSTM fails on it (ValueError: not enough values to unpack)."""
 import os
 
 from ascend_recipes import write_text
