@@ -323,15 +323,15 @@ def test_tf1_mode_provides_tf1_mnist_and_names_tensorflow_contrib_imports_as_not
     script.write_text("import tensorflow as tf\n"
                       "from tensorflow.examples.tutorials.mnist import input_data\n"
                       "print(input_data.read_data_sets.__module__)\n"
-                      "import tensorflow.contrib.tpu as tpu\n")
+                      "import tensorflow.contrib.quantize as quantize\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
                              str(script)], env=env, cwd=str(tmp_path), capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.stdout.strip() == "npu_loss_scale.ascend.tf1_mnist"
     assert result.returncode != 0
-    assert "tensorflow.contrib.tpu: tensorflow.contrib was removed in TensorFlow 2 and the TF1 " \
-        "mode of npu_loss_scale.emulate does not map this module" in result.stderr
+    assert "tensorflow.contrib.quantize: tensorflow.contrib was removed in TensorFlow 2 and the " \
+        "TF1 mode of npu_loss_scale.emulate does not map this module" in result.stderr
 
 
 def test_dynamic_rnn_is_the_devices_lstm(shim, graph, session):
@@ -443,8 +443,10 @@ def test_tf1_contrib_pieces_map_to_tf2_equivalents(graph, session):
     assert np.abs(session.run(w)).max() <= np.sqrt(6.0 / 70.0)
     assert [v.name for v in tf.compat.v1.global_variables()][:2] == ["LayerNorm/beta:0",
                                                                      "LayerNorm/gamma:0"]
-    with pytest.raises(AttributeError, match="tf.contrib.tpu is not mapped"):
-        c.tpu  # pylint: disable=pointless-statement
+    with pytest.raises(AttributeError, match="tf.contrib.quantize is not mapped"):
+        c.quantize  # pylint: disable=pointless-statement
+    with pytest.raises(AttributeError, match="tf.contrib.tpu.no_such_name is not mapped"):
+        c.tpu.no_such_name  # pylint: disable=pointless-statement
 
 
 def test_tf1_mnist_reads_the_files_a_script_points_it_at(tmp_path):

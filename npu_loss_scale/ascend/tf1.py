@@ -40,7 +40,7 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0 release still reads
   ``ops.Tensor``, ``control_flow_ops.cond`` and ``normalization.BatchNormalization``.
 
-What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
+What is not done yet: most of ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
 import builtins
 import os

@@ -3,22 +3,41 @@
 Measured on the loss-scale model directories of ModelZoo-TensorFlow (directories using each):
 ``data.map_and_batch`` 26, ``layers.xavier_initializer`` 26, ``data.parallel_interleave`` 24,
 ``data.AUTOTUNE`` 24, ``layers.layer_norm`` 20, ``slim`` 19, ``layers.variance_scaling_initializer``
-12, ``layers.l2_regularizer`` 8 (``tpu.*`` 15-20 too: TPU estimators, not mapped). Each mapped
-name is TF 2.x's equivalent with TF 1.15's arguments; ``slim`` is the maintained ``tf_slim``
-package when it is installed. Any other name raises an AttributeError that names it.
+12, ``layers.l2_regularizer`` 8, ``tpu.*`` 15-20 (TPU estimators run with ``use_tpu=False``).
+Each mapped name is TF 2.x's equivalent with TF 1.15's arguments; ``slim`` is the maintained
+``tf_slim`` package when it is installed. Any other name raises an AttributeError that names it.
 
-Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 1.15's contrib):
+Other pieces, each a TF 2.x equivalent, a maintained successor or a few lines on TF 2.x ops
+written here (no code of TF 1.15's contrib):
 
 * ``layers.*`` names not listed above (``batch_norm``, ``fully_connected``, ``conv2d``,
   ``flatten``, ``xavier_initializer_conv2d``, ``optimize_loss``...): ``tf_slim.layers``, whose
   functions are contrib.layers' under their old names;
-* ``framework``: ``nest`` (``tf.nest``), ``get_or_create_global_step``, ``list_variables``,
-  ``load_checkpoint``, ``get_name_scope``, then ``tf_slim``'s variable and arg-scope helpers
+* ``framework``: ``nest`` (``tf.nest``, and ``is_sequence``, 1.15's name of ``is_nested``),
+  ``get_or_create_global_step``, ``list_variables``, ``load_checkpoint``, ``get_name_scope``,
+  then ``tf_slim``'s variable and arg-scope helpers
   (``arg_scope``, ``add_arg_scope``, ``get_variables_to_restore``, ``assign_from_checkpoint_fn``);
 * ``rnn``: ``tf.compat.v1.nn.rnn_cell``'s cells (``LSTMCell``, ``GRUCell``, ``MultiRNNCell``,
   ``DropoutWrapper``, ``LSTMStateTuple``...), ``static_rnn``, ``static_bidirectional_rnn`` (TF
   2.15; TF 2.21's Keras 3 has no v1 cells, so there these names raise the not-mapped error);
 * ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods;
+* ``tpu``: TF 1.15's contrib.tpu re-exported the TPU estimator and the v1 TPU functions; here
+  ``RunConfig``, ``TPUConfig``, ``TPUEstimator``, ``TPUEstimatorSpec``, ``InputPipelineConfig``
+  are ``tf.compat.v1.estimator.tpu``'s (``tensorflow-estimator``, TF <= 2.15; without it they
+  raise an error saying so), other names ``tf.compat.v1.tpu``'s (``CrossShardOptimizer``...).
+  BERT-style scripts build a ``TPUEstimator(use_tpu=False)``, which runs as an Estimator on CPU;
+  ``cluster_resolver``: ``tf.distribute.cluster_resolver``;
+* modules GNMT-style scripts import at their top: ``compiler.xla`` (TF 2.x's
+  ``tensorflow.python.compiler.xla.xla``, which 1.15's contrib re-exported), ``framework.python.
+  framework.tensor_util.with_same_shape`` (:func:`with_same_shape`), ``cudnn_rnn``'s direction
+  constants (``CudnnLSTM`` itself, a GPU kernel, is not mapped), ``all_reduce.python.all_reduce``
+  (an empty module: its multi-GPU builders are not mapped and raise naming themselves);
+* ``learn.ModeKeys`` (contrib.learn's ``"train"``/``"eval"``/``"infer"``) and ``util``
+  (``constant_value`` is ``tf.get_static_value``, ``make_tensor_proto``, ``make_ndarray``);
+* ``seq2seq``: what scripts carrying their own decoders need of it: the ``Decoder`` interface
+  (:class:`Decoder`) they subclass, ``tile_batch`` and ``hardmax`` (:func:`tile_batch`,
+  :func:`hardmax`); ``dynamic_decode``, ``gather_tree`` (a custom kernel), the helpers and
+  decoders are not mapped;
 * ``mixed_precision`` (and its ``python.loss_scale_manager``/``loss_scale_optimizer`` modules):
   this package's loss-scale managers and an inf/NaN-checking ``LossScaleOptimizer``
   (:func:`_mixed_precision`).
@@ -32,6 +51,7 @@ of the Ascend adapter, ``tensorflow.contrib.offline_train.python.npu`` (and ``..
 ``tensorflow.contrib.hccl.python.ops``), resolves to the ``npu_bridge`` modules of the same
 contents (the CPU shim under the emulator).
 """
+import abc
 import importlib
 import json
 import types
@@ -357,6 +377,147 @@ def _mixed_precision():
                LossScaleOptimizer=LossScaleOptimizer, **managers)
 
 
+def with_same_shape(expected_tensor, tensor):
+    """contrib.framework's ``tensor_util.with_same_shape``: ``tensor``, checked to have the shape
+    of ``expected_tensor`` (a ValueError when both static shapes are known and differ, else an
+    assertion run with it), its static shape merged with the expected one."""
+    v1 = tf.compat.v1
+    tensor = v1.convert_to_tensor(tensor)
+    expected_tensor = v1.convert_to_tensor(expected_tensor)
+    expected, actual = expected_tensor.get_shape(), tensor.get_shape()
+    if expected.is_fully_defined() and actual.is_fully_defined():
+        if expected != actual:
+            raise ValueError("Invalid shape for tensor %s, expected %s, got %s."
+                             % (tensor.name, expected, actual))
+        return tensor
+    with v1.name_scope("%s/" % tensor.op.name, values=[expected_tensor, tensor]):
+        check = v1.assert_equal(v1.shape(tensor), v1.shape(expected_tensor),
+                                message="Wrong shape for %s" % tensor.name)
+        with v1.control_dependencies([check]):
+            out = v1.identity(tensor)
+    out.set_shape(actual.merge_with(expected))
+    return out
+
+
+def _xla_module():
+    try:
+        return [importlib.import_module("tensorflow.python.compiler.xla.xla")]
+    except ImportError:
+        return []
+
+
+_CUDNN_CONSTANTS = dict(CUDNN_RNN_UNIDIRECTION="unidirectional",
+                        CUDNN_RNN_BIDIRECTION="bidirectional", CUDNN_LSTM="lstm",
+                        CUDNN_GRU="gru", CUDNN_RNN_RELU="rnn_relu", CUDNN_RNN_TANH="rnn_tanh",
+                        CUDNN_INPUT_LINEAR_MODE="linear_input",
+                        CUDNN_INPUT_SKIP_MODE="skip_input", CUDNN_INPUT_AUTO_MODE="auto_select")
+
+
+def _cudnn_rnn():
+    """``tf.contrib.cudnn_rnn`` (and ``...python.layers.cudnn_rnn``): the constants only; the
+    cuDNN layers are GPU kernels, not mapped (their names raise the not-mapped error)."""
+    path = "tensorflow.contrib.cudnn_rnn.python"
+    layers_module = _ns(path + ".layers.cudnn_rnn", **_CUDNN_CONSTANTS)
+    python = _ns(path, layers=_ns(path + ".layers", cudnn_rnn=layers_module))
+    return _ns("tf.contrib.cudnn_rnn", python=python, **_CUDNN_CONSTANTS)
+
+
+class Decoder(metaclass=abc.ABCMeta):
+    """``tf.contrib.seq2seq.Decoder``: the interface a decoder run step by step implements
+    (``batch_size``, ``output_size``, ``output_dtype``, ``initialize``, ``step``; ``finalize``
+    and ``tracks_own_finished`` optional)."""
+
+    @property
+    def batch_size(self):
+        raise NotImplementedError
+
+    @property
+    @abc.abstractmethod
+    def output_size(self):
+        raise NotImplementedError
+
+    @property
+    @abc.abstractmethod
+    def output_dtype(self):
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def initialize(self, name=None):
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def step(self, time, inputs, state, name=None):
+        raise NotImplementedError
+
+    def finalize(self, outputs, final_state, sequence_lengths):
+        raise NotImplementedError
+
+    @property
+    def tracks_own_finished(self):
+        return False
+
+
+def tile_batch(t, multiplier, name=None):
+    """``tf.contrib.seq2seq.tile_batch``: each batch entry of every tensor of the structure ``t``
+    repeated ``multiplier`` times in place (``[a, b]`` -> ``[a, a, b, b]``), as beam search
+    wants its encoder outputs."""
+    v1 = tf.compat.v1
+    flat = tf.nest.flatten(t)
+    with v1.name_scope(name, "tile_batch", flat + [multiplier]):
+        def tile(x):
+            x = v1.convert_to_tensor(x, name="t")
+            if x.shape.ndims is None:
+                raise ValueError("t must have statically known rank")
+            out = tf.repeat(x, multiplier, axis=0)
+            if x.shape.ndims > 0 and x.shape[0] is not None and isinstance(multiplier, int):
+                out.set_shape([x.shape[0] * multiplier] + x.shape.as_list()[1:])
+            return out
+        return tf.nest.map_structure(tile, t)
+
+
+def hardmax(logits, name=None):
+    """``tf.contrib.seq2seq.hardmax``: one-hot of the argmax over the last axis."""
+    v1 = tf.compat.v1
+    with v1.name_scope(name, "Hardmax", [logits]):
+        logits = v1.convert_to_tensor(logits, name="logits")
+        depth = tf.compat.dimension_value(logits.get_shape()[-1]) or tf.shape(logits)[-1]
+        return tf.one_hot(tf.argmax(logits, -1), depth, dtype=logits.dtype)
+
+
+def _nest():
+    """``tf.contrib.framework.nest``: TF 1.15's ``tensorflow.python.util.nest``, whose
+    ``is_sequence`` TF 2.x renamed ``is_nested``; the other names are TF 2.x's."""
+    from tensorflow.python.util import nest  # pylint: disable=import-outside-toplevel
+    return _ns("tf.contrib.framework.nest", lambda: [tf.nest, nest], is_sequence=tf.nest.is_nested)
+
+
+_TPU_ESTIMATOR_NAMES = ("RunConfig", "TPUConfig", "TPUEstimator", "TPUEstimatorSpec",
+                        "InputPipelineConfig")
+
+
+class _Tpu(_Namespace):
+    """``tf.contrib.tpu``: the TPU estimator (``tf.compat.v1.estimator.tpu``) and ``tf.compat.v1.
+    tpu``'s functions, as TF 1.15's contrib.tpu re-exported both."""
+
+    def __getattr__(self, name):
+        if name in _TPU_ESTIMATOR_NAMES:
+            try:
+                return getattr(tf.compat.v1.estimator.tpu, name)
+            except (ImportError, AttributeError) as err:
+                raise AttributeError(
+                    "tf.contrib.tpu.%s is TensorFlow's TPU Estimator, which this TensorFlow does "
+                    "not have (it was removed after TF 2.15; install tensorflow-estimator with "
+                    "TF 2.15): %s" % (name, err)) from None
+        return super().__getattr__(name)
+
+
+def _tpu():
+    out = _Tpu()
+    object.__setattr__(out, "_path", "tf.contrib.tpu")
+    object.__setattr__(out, "_fallback", lambda: [tf.compat.v1.tpu])
+    return out
+
+
 class _Contrib(_Namespace):
     def __getattr__(self, name):
         if name == "slim":
@@ -378,7 +539,7 @@ def contrib():
         data=_ns("tf.contrib.data", map_and_batch=map_and_batch,
                  parallel_interleave=parallel_interleave, AUTOTUNE=tf.data.experimental.AUTOTUNE),
         layers=layers,
-        framework=_ns("tf.contrib.framework", _slim_top, nest=tf.nest,
+        framework=_ns("tf.contrib.framework", _slim_top, nest=_nest(),
                       get_or_create_global_step=v1.train.get_or_create_global_step,
                       list_variables=tf.train.list_variables,
                       load_checkpoint=tf.train.load_checkpoint,
@@ -387,9 +548,27 @@ def contrib():
             name: _v1_nn(name) for name in ("static_rnn", "static_bidirectional_rnn")
             if _v1_nn(name) is not None}),
         training=_ns("tf.contrib.training", HParams=HParams),
+        tpu=_tpu(),
+        compiler=_ns("tf.contrib.compiler",
+                     xla=(_xla_module() or [_ns("tf.contrib.compiler.xla")])[0]),
+        cudnn_rnn=_cudnn_rnn(),
+        learn=_ns("tf.contrib.learn", ModeKeys=_ns("tf.contrib.learn.ModeKeys", TRAIN="train",
+                                                   EVAL="eval", INFER="infer")),
+        util=_ns("tf.contrib.util", constant_value=tf.get_static_value,
+                 make_tensor_proto=tf.make_tensor_proto, make_ndarray=tf.make_ndarray),
+        seq2seq=_ns("tf.contrib.seq2seq", Decoder=Decoder, tile_batch=tile_batch,
+                    hardmax=hardmax),
+        all_reduce=_ns("tf.contrib.all_reduce", python=_ns(
+            "tensorflow.contrib.all_reduce.python",
+            all_reduce=_ns("tensorflow.contrib.all_reduce.python.all_reduce"))),
+        cluster_resolver=_ns("tf.contrib.cluster_resolver",
+                             lambda: [tf.distribute.cluster_resolver]),
         mixed_precision=_mixed_precision())
     framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
-    object.__setattr__(out.framework, "python", _ns("tensorflow.contrib.framework.python",
-                                                    ops=framework_ops))
+    tensor_util = _ns("tensorflow.contrib.framework.python.framework.tensor_util",
+                      with_same_shape=with_same_shape, is_tensor=tf.is_tensor)
+    object.__setattr__(out.framework, "python", _ns(
+        "tensorflow.contrib.framework.python", ops=framework_ops,
+        framework=_ns("tensorflow.contrib.framework.python.framework", tensor_util=tensor_util)))
     object.__setattr__(out, "_path", "tf.contrib")
     return out
