@@ -19,6 +19,8 @@ Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 
   ``DropoutWrapper``, ``LSTMStateTuple``...), ``static_rnn``, ``static_bidirectional_rnn`` (TF
   2.15; TF 2.21's Keras 3 has no v1 cells, so there these names raise the not-mapped error);
 * ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods;
+* ``nn.conv1d_transpose``: ``tf.nn.conv1d_transpose`` (TF 1.15's contrib re-exported the core
+  function, ``strides`` and all);
 * ``mixed_precision`` (and its ``python.loss_scale_manager``/``loss_scale_optimizer`` modules):
   this package's loss-scale managers and an inf/NaN-checking ``LossScaleOptimizer``
   (:func:`_mixed_precision`).
@@ -387,6 +389,7 @@ def contrib():
             name: _v1_nn(name) for name in ("static_rnn", "static_bidirectional_rnn")
             if _v1_nn(name) is not None}),
         training=_ns("tf.contrib.training", HParams=HParams),
+        nn=_ns("tf.contrib.nn", conv1d_transpose=tf.nn.conv1d_transpose),
         mixed_precision=_mixed_precision())
     framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
     object.__setattr__(out.framework, "python", _ns("tensorflow.contrib.framework.python",
