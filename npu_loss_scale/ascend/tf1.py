@@ -34,7 +34,11 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
 * ``tensorflow.python.framework.ops`` in user files also has the TF 1.15 names TF 2.x moved out
   of it (``ops.Tensor``, ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...);
   so it has in ``tf_slim``, the library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0
-  release still reads ``ops.Tensor``.
+  release still reads ``ops.Tensor``;
+* ``tensorflow.python.layers.normalization`` (in user files and ``tf_slim``, whose
+  ``batch_norm`` builds its ``BatchNormalization`` unless fused) has TF 1.15's layer: TF 2.x's
+  module looks for it in ``tf_keras.legacy_tf_layers``, where no tf_keras release has it; it is
+  Keras 2's (``tf.compat.v1.layers.BatchNormalization``) or tf_keras's, else an error naming it.
 
 What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
 """
@@ -331,6 +335,79 @@ def _framework_ops():
     return _state["ops"]
 
 
+_LAYERS_NORMALIZATION = "tensorflow.python.layers.normalization"
+# where TF1's layer BatchNormalization lives: TF 2.x's module looks in the first place only,
+# where no tf_keras release puts it (they have it under tf_keras.src); Keras 2 has it too
+_LEGACY_NORMALIZATION = ("tf_keras.legacy_tf_layers.normalization",
+                         "tf_keras.src.legacy_tf_layers.normalization",
+                         "keras.src.legacy_tf_layers.normalization",
+                         "keras.legacy_tf_layers.normalization")
+
+
+def _layers_normalization():
+    """``tensorflow.python.layers.normalization`` as tf_slim and user code see it: TF 1.15's
+    ``BatchNormalization``/``batch_normalization`` layer (what ``slim.batch_norm`` builds unless
+    fused), from the first of :data:`_LEGACY_NORMALIZATION` installed; none installed (Keras 3
+    without tf_keras) raises an AttributeError naming the layer."""
+    if "layers_normalization" not in _state:
+        import importlib  # pylint: disable=import-outside-toplevel
+        import types  # pylint: disable=import-outside-toplevel
+        real = importlib.import_module(_LAYERS_NORMALIZATION)
+        names = {"BatchNormalization": "BatchNormalization", "BatchNorm": "BatchNormalization",
+                 "batch_normalization": "batch_normalization",
+                 "batch_norm": "batch_normalization"}
+
+        def legacy():
+            for target in _LEGACY_NORMALIZATION:
+                try:
+                    module = importlib.import_module(target)
+                except ImportError:
+                    continue
+                if hasattr(module, "BatchNormalization"):
+                    return module
+            return None
+
+        class _Normalization(types.ModuleType):
+            def __getattr__(self, item):
+                if item not in names:
+                    return getattr(real, item)
+                module = legacy()
+                if module is None:
+                    raise AttributeError(
+                        "%s.%s (TF 1.15's batch-normalization layer, which slim.batch_norm "
+                        "builds) is not emulated here: it needs Keras 2's TF1 layers, from "
+                        "Keras 2 or the tf_keras package (pip install tf-keras), and neither is "
+                        "installed" % (_LAYERS_NORMALIZATION, item))
+                return getattr(module, names[item])
+
+        proxy = _Normalization(_LAYERS_NORMALIZATION, real.__doc__)
+        proxy.__file__ = getattr(real, "__file__", None)
+        _state["layers_normalization"] = proxy
+    return _state["layers_normalization"]
+
+
+def _import_layers_normalization(original, name, globals_, locals_, fromlist):
+    """``tensorflow.python.layers.normalization`` (:func:`_layers_normalization`), or None when
+    ``name`` is not it."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    parent = _LAYERS_NORMALIZATION.rsplit(".", 1)[0]
+    if name == _LAYERS_NORMALIZATION:
+        original(name, globals_, locals_, fromlist, 0)
+        if fromlist:
+            return _layers_normalization()
+        value = _layers_normalization()
+        parts = name.split(".")
+        for depth in range(len(parts) - 1, 0, -1):
+            value = _PathProxy(importlib.import_module(".".join(parts[:depth])), parts[depth],
+                               value)
+        return value
+    if name == parent and fromlist and "normalization" in fromlist:
+        original(name, globals_, locals_, fromlist, 0)
+        return _PathProxy(importlib.import_module(name), "normalization",
+                          _layers_normalization())
+    return None
+
+
 def _is_tf_slim(globals_):
     """Whether the importing module is part of ``tf_slim``, which TF1 mode's ``tf.contrib.slim``
     and ``tf.contrib.layers`` are: tf-slim 1.1.0 still reads ``ops.Tensor`` (gone in TF 2.14)."""
@@ -384,6 +461,10 @@ def enable(user_roots):
             ops = _import_framework_ops(original, name, globals, locals, fromlist)
             if ops is not None:
                 return ops
+            normalization = _import_layers_normalization(original, name, globals, locals,
+                                                         fromlist)
+            if normalization is not None:
+                return normalization
         moved = moved_keras_module(name) if user else None
         if moved is not None and name.startswith(_TF_KERAS):
             try:
