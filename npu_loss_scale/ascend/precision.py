@@ -127,8 +127,8 @@ def apply_precision_mode(graph, mode):
         return 0
     with _lock:
         done = _done.setdefault(graph, set())
-        todo = [op for op in graph.get_operations()
-                if op.type in op_types and op.name not in done]
+        existing = graph.get_operations()
+        todo = [op for op in existing if op.type in op_types and op.name not in done]
         if not todo:
             return 0
         finalized = graph.finalized
@@ -138,15 +138,20 @@ def apply_precision_mode(graph, mode):
             count = 0
             for op in todo:
                 done.add(op.name)
-                if _rewrite(graph, op, operand_dtype, result_dtype, done):
+                if _rewrite(graph, op, operand_dtype, result_dtype):
                     count += 1
         finally:
+            # the ops the rewrites added (casts, saturation) are never rewritten in their turn;
+            # found once per call, not once per rewritten op: a large graph (tens of thousands of
+            # ops, thousands of them cube ops) would otherwise take quadratic time
+            existing = set(op.name for op in existing)
+            done.update(op.name for op in graph.get_operations() if op.name not in existing)
             if finalized:
                 graph.finalize()
     return count
 
 
-def _rewrite(graph, op, operand_dtype, result_dtype, done):
+def _rewrite(graph, op, operand_dtype, result_dtype):
     floats = [i for i, t in enumerate(op.inputs) if t.dtype == tf.float32]
     outputs = [t for t in op.outputs if t.dtype == tf.float32]
     if not floats and not outputs:
@@ -156,7 +161,6 @@ def _rewrite(graph, op, operand_dtype, result_dtype, done):
     graph._set_control_flow_context(context)  # pylint: disable=protected-access
     try:
         with graph.as_default(), tf.name_scope(op.name + "_precision"):
-            before = set(o.name for o in graph.get_operations())
             for i in floats:
                 op._update_input(i, _round(op.inputs[i], operand_dtype, saturate=True))  # pylint: disable=protected-access
             if result_dtype is not None:
@@ -168,7 +172,6 @@ def _rewrite(graph, op, operand_dtype, result_dtype, done):
                     rounded = _round(out, result_dtype, saturate=True)
                     for consumer, j in consumers:
                         consumer._update_input(j, rounded)  # pylint: disable=protected-access
-            done.update(o.name for o in graph.get_operations() if o.name not in before)
     finally:
         graph._set_control_flow_context(previous)  # pylint: disable=protected-access
     return True

@@ -38,6 +38,8 @@ written here (no code of TF 1.15's contrib):
   (:class:`Decoder`) they subclass, ``tile_batch`` and ``hardmax`` (:func:`tile_batch`,
   :func:`hardmax`); ``dynamic_decode``, ``gather_tree`` (a custom kernel), the helpers and
   decoders are not mapped;
+* ``nn.conv1d_transpose``: ``tf.nn.conv1d_transpose`` (TF 1.15's contrib re-exported the core
+  function, ``strides`` and all);
 * ``mixed_precision`` (and its ``python.loss_scale_manager``/``loss_scale_optimizer`` modules):
   this package's loss-scale managers and an inf/NaN-checking ``LossScaleOptimizer``
   (:func:`_mixed_precision`).
@@ -563,6 +565,7 @@ def contrib():
             all_reduce=_ns("tensorflow.contrib.all_reduce.python.all_reduce"))),
         cluster_resolver=_ns("tf.contrib.cluster_resolver",
                              lambda: [tf.distribute.cluster_resolver]),
+        nn=_ns("tf.contrib.nn", conv1d_transpose=tf.nn.conv1d_transpose),
         mixed_precision=_mixed_precision())
     framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
     tensor_util = _ns("tensorflow.contrib.framework.python.framework.tensor_util",
