@@ -352,8 +352,13 @@ def _module_with_moved_names(name):
                 try:
                     for part in moved[item].split("."):
                         value = getattr(value, part)
-                except AttributeError:
-                    raise error  # pylint: disable=raise-missing-from
+                except (AttributeError, ImportError):
+                    # e.g. Keras 3 without tf_keras: no TF1 layers anywhere
+                    raise AttributeError(
+                        "%s.%s (TensorFlow 1.15) is not emulated with TensorFlow %s: its TF 2.x "
+                        "counterpart tf.%s is missing too (%s: %s)"
+                        % (name, item, tf.__version__, moved[item], type(error).__name__,
+                           error)) from error
                 return value
 
         proxy = _WithMovedNames(name, real.__doc__)
