@@ -37,7 +37,10 @@ Options (before the script):
     it as JSON to FILE.
 ``--tf1``
     TF1 mode: ``import tensorflow as tf`` in the script's own files gives TF1 behaviour; see
-    :mod:`npu_loss_scale.ascend.tf1`.
+    :mod:`npu_loss_scale.ascend.tf1`. Without it the script's own files still get the Keras
+    module paths that moved since TF 2.6 (``keras.backend_config``,
+    ``keras.utils.control_flow_util``, ``tensorflow.python.keras.*``: see
+    :func:`npu_loss_scale.ascend.tf1.moved_keras_module`).
 
 When no real ``npu_bridge`` is importable, the folder of the CPU shim (package
 ``npu_bridge``, and ``hccl`` for its rank helpers) is appended to the *end* of ``sys.path``, so
@@ -281,9 +284,12 @@ def main(argv=None):
         from .ascend import ranks  # pylint: disable=import-outside-toplevel
         ranks.join()  # a rank of `--ranks N`: sessions run on this task's server
 
+    from .ascend import tf1  # pylint: disable=import-outside-toplevel
     if args.tf1:
-        from .ascend import tf1  # imports TensorFlow  pylint: disable=import-outside-toplevel
-        tf1.enable([sys.path[0]])
+        tf1.enable([sys.path[0]])  # imports TensorFlow
+    else:
+        # TF2 scripts of the same corpus import Keras modules from their TF 2.6 locations
+        tf1.enable_keras_paths([sys.path[0]])
 
     if args.saturate_every_op:
         from . import saturation  # imports TensorFlow

@@ -575,18 +575,20 @@ print(json.dumps({"LeakyReLU": LeakyReLU is keras.layers.LeakyReLU,
 """
 
 
-def test_tf1_mode_maps_moved_keras_paths_in_user_files_only(tmp_path):
+@pytest.mark.parametrize("mode", [["--tf1"], []], ids=["tf1", "tf2"])
+def test_moved_keras_paths_resolve_in_user_files_only(tmp_path, mode):
     """TF 1.15's tensorflow.python.keras and TF 2.6's keras.layers.core/backend_config/
-    utils.control_flow_util give tf.keras's own classes in the script; an installed library
-    (a folder with install metadata) importing tensorflow.python.keras keeps what it gets."""
+    utils.control_flow_util give tf.keras's own classes in the script, in TF1 mode and for a TF2
+    script run without it; an installed library (a folder with install metadata) importing
+    tensorflow.python.keras keeps what it gets."""
     app, lib = tmp_path / "app", tmp_path / "lib"
     app.mkdir()
     (lib / "installed_lib-1.0.dist-info").mkdir(parents=True)
     (lib / "installed_lib.py").write_text("from tensorflow.python.keras import backend as K\n")
     (app / "train.py").write_text(_MOVED_KERAS_SCRIPT)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
-                             str(app / "train.py"), str(lib)], env=env, cwd=str(tmp_path),
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate"] + mode
+                            + [str(app / "train.py"), str(lib)], env=env, cwd=str(tmp_path),
                             capture_output=True, text=True, timeout=300, check=False)
     if not _keras_2():  # Keras 3: no TF1 Keras, nothing mapped; TF 1.4 paths stay missing
         assert result.returncode != 0

@@ -398,6 +398,54 @@ def _import_with_moved_names(original, name, globals_, locals_, fromlist):
     return None
 
 
+def _is_keras_path(name):
+    return name in ("keras", _TF_KERAS) or name.startswith(("keras.", _TF_KERAS + "."))
+
+
+def _import_keras_path(original, name, globals_, locals_, fromlist):
+    """A user file's absolute import of a Keras module path (``keras[.x]``,
+    ``tensorflow.python.keras[.x]``), resolved where it moved (:func:`moved_keras_module`)."""
+    moved = moved_keras_module(name)
+    if moved is not None and name.startswith(_TF_KERAS):
+        try:
+            return _import_moved(original, name, moved, globals_, locals_, fromlist)
+        except ModuleNotFoundError:
+            pass  # no counterpart in tf.keras: the frozen copy TensorFlow ships
+    try:
+        module = original(name, globals_, locals_, fromlist, 0)
+    except ModuleNotFoundError as err:
+        if moved is not None and err.name is not None and name.startswith(err.name):
+            try:
+                return _import_moved(original, name, moved, globals_, locals_, fromlist)
+            except ModuleNotFoundError:
+                pass
+        raise
+    if fromlist and name != _TF_KERAS and not name.startswith(_TF_KERAS + "."):
+        return _keras_fromlist(module, name, fromlist)
+    return module
+
+
+def enable_keras_paths(user_roots):
+    """For scripts run without TF1 mode (TF2 scripts): only the moved Keras module paths of
+    :func:`moved_keras_module` resolve, in files under ``user_roots`` (idempotent; TF1 mode,
+    which does this too, takes precedence)."""
+    roots = [os.path.abspath(r) for r in user_roots]
+    if "import" in _state or "keras_import" in _state:
+        _state["roots"][:] = roots
+        return
+    original = builtins.__import__
+    _state["roots"] = roots
+
+    def keras_paths_import(name, globals=None, locals=None, fromlist=(), level=0):  # pylint: disable=redefined-builtin
+        if level == 0 and _is_keras_path(name) and globals is not None \
+                and _is_user_file(globals.get("__file__"), _state["roots"]):
+            return _import_keras_path(original, name, globals, locals, fromlist)
+        return original(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = keras_paths_import
+    _state["keras_import"] = (original, keras_paths_import)
+
+
 def enable(user_roots):
     """Turns TF1 mode on for files under ``user_roots`` (idempotent)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -424,27 +472,16 @@ def enable(user_roots):
             module = _import_with_moved_names(original, name, globals, locals, fromlist)
             if module is not None:
                 return module
-        moved = moved_keras_module(name) if user else None
-        if moved is not None and name.startswith(_TF_KERAS):
-            try:
-                return _import_moved(original, name, moved, globals, locals, fromlist)
-            except ModuleNotFoundError:
-                pass  # no counterpart in tf.keras: the frozen copy TensorFlow ships
+        if user and _is_keras_path(name):
+            return _import_keras_path(original, name, globals, locals, fromlist)
         try:
             module = original(name, globals, locals, fromlist, level)
         except ModuleNotFoundError as err:
             if level == 0 and name.startswith("tensorflow.contrib"):
                 raise ModuleNotFoundError(_CONTRIB % name, name=name) from err
-            if moved is not None and err.name is not None and name.startswith(err.name):
-                try:
-                    return _import_moved(original, name, moved, globals, locals, fromlist)
-                except ModuleNotFoundError:
-                    pass
             raise
         if user and name == "tensorflow":
             return v1
-        if user and fromlist and level == 0 and (name == "keras" or name.startswith("keras.")):
-            return _keras_fromlist(module, name, fromlist)
         return module
 
     builtins.__import__ = tf1_import
@@ -455,11 +492,13 @@ def enable(user_roots):
 
 
 def disable():
-    """Undoes :func:`enable` (the v2-behaviour switch stays as it is)."""
-    if "import" in _state:
-        original, ours = _state.pop("import")
-        if builtins.__import__ is ours:
-            builtins.__import__ = original
+    """Undoes :func:`enable` and :func:`enable_keras_paths` (the v2-behaviour switch stays as
+    it is)."""
+    for key in ("import", "keras_import"):
+        if key in _state:
+            original, ours = _state.pop(key)
+            if builtins.__import__ is ours:
+                builtins.__import__ = original
     finder = _state.pop("finder", None)
     if finder is not None:
         sys.meta_path[:] = [f for f in sys.meta_path if f is not finder]
