@@ -1,7 +1,9 @@
 """TF1 mode's contrib pieces NMT scripts (GNMT-style: their own attention wrapper and beam search
-decoder) import or call: module imports at the top (compiler.xla, cudnn_rnn constants,
-framework's tensor_util, all_reduce), seq2seq's Decoder/tile_batch/hardmax, learn.ModeKeys,
-util.constant_value, framework.nest.is_sequence."""
+decoder; noahnmt's trainer) import or call: module imports at the top (compiler.xla, cudnn_rnn
+constants, framework's tensor_util, all_reduce), seq2seq's Decoder/tile_batch/hardmax,
+learn.ModeKeys, learn.monitors.replace_monitors_with_hooks, eager.in_eager_mode,
+util.constant_value, framework.nest.is_sequence; and NPUDistributedOptimizer around an optimizer
+that never calls Optimizer.__init__ (tensor2tensor's ConditionalOptimizer shape)."""
 import json
 import os
 import subprocess
@@ -80,6 +82,13 @@ with tf.Session() as sess:
 out["checked_shape"] = checked.shape.as_list()
 out["modes"] = [tf.contrib.learn.ModeKeys.TRAIN, tf.contrib.learn.ModeKeys.EVAL,
                 tf.contrib.learn.ModeKeys.INFER]
+hook = tf.train.StepCounterHook(every_n_steps=1)
+out["hooks_kept"] = tf.contrib.learn.monitors.replace_monitors_with_hooks([hook], None) == [hook]
+try:
+    tf.contrib.learn.monitors.replace_monitors_with_hooks([object()], None)
+except TypeError:
+    out["monitor_refused"] = True
+out["in_eager_mode"] = tf.contrib.eager.in_eager_mode()
 out["constant_value"] = int(tf.contrib.util.constant_value(tf.constant(7)))
 out["xla_compile"] = callable(xla.compile)
 out["cudnn"] = [cudnn_rnn.CUDNN_RNN_UNIDIRECTION, cudnn_rnn.CUDNN_RNN_BIDIRECTION]
@@ -94,17 +103,21 @@ print(json.dumps(out))
 '''
 
 
-def test_tf1_contrib_pieces_of_nmt_scripts(tmp_path):
-    script = tmp_path / "nmt_pieces.py"
-    script.write_text(_SCRIPT)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+def _run(tmp_path, name, text, *extra):
+    script = tmp_path / name
+    script.write_text(text)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, RANK_SIZE="1")
     env.pop(detection.ENV_VAR, None)
     env.pop(emulation.MODE_ENV_VAR, None)
-    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--tf1",
-                             str(script)], env=env, cwd=str(tmp_path), capture_output=True,
-                            text=True, timeout=300, check=False)
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate"] + list(extra)
+                            + ["--tf1", str(script)], env=env, cwd=str(tmp_path),
+                            capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads([l for l in result.stdout.splitlines() if l.startswith("{")][-1])
+    return json.loads([l for l in result.stdout.splitlines() if l.startswith("{")][-1])
+
+
+def test_tf1_contrib_pieces_of_nmt_scripts(tmp_path):
+    out = _run(tmp_path, "nmt_pieces.py", _SCRIPT)
     not_mapped = " is not mapped to TensorFlow 2 by the TF1 mode of npu_loss_scale.emulate"
     assert out == {
         "abstract": True, "decoder": [2, False], "tiled_shape": [6, 2],
@@ -112,9 +125,54 @@ def test_tf1_contrib_pieces_of_nmt_scripts(tmp_path):
         "hardmax": [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]], "shape_mismatch": True,
         "same": [[5.0, 6.0], [7.0, 8.0]], "checked": [[1.0, 1.0], [2.0, 2.0]],
         "runtime_mismatch": True, "checked_shape": [2, 2],
-        "modes": ["train", "eval", "infer"], "constant_value": 7, "xla_compile": True,
+        "modes": ["train", "eval", "infer"], "hooks_kept": True, "monitor_refused": True,
+        "in_eager_mode": False, "constant_value": 7, "xla_compile": True,
         "cudnn": ["unidirectional", "bidirectional"],
         "all_reduce": "tensorflow.contrib.all_reduce.python.all_reduce.build_ring_all_reduce"
                       + not_mapped,
         "cudnn_lstm": "tf.contrib.cudnn_rnn.CudnnLSTM" + not_mapped,
         "dynamic_decode": "tf.contrib.seq2seq.dynamic_decode" + not_mapped}
+
+
+_OPTIMIZER_SCRIPT = r'''
+from npu_bridge.npu_init import *
+import json
+import tensorflow as tf
+
+
+class ConditionalOptimizer(tf.train.Optimizer):
+    """Chooses its inner optimizer by name and, like tensor2tensor's, skips Optimizer.__init__."""
+
+    def __init__(self, learning_rate):
+        self._opt = tf.train.GradientDescentOptimizer(learning_rate)
+
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        return self._opt.compute_gradients(loss, var_list, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+
+w = tf.get_variable("w", [], initializer=tf.constant_initializer(1.0))
+x = tf.placeholder(tf.float32, [])
+opt = NPUDistributedOptimizer(ConditionalOptimizer(0.5))
+name = opt.get_name()
+opt = NPULossScaleOptimizer(opt, FixedLossScaleManager(2 ** 10))
+grads = opt.compute_gradients(w * x)
+train = opt.apply_gradients(grads, global_step=tf.train.get_or_create_global_step())
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    for feed in (1.0, 1e38, 2.0):
+        sess.run(train, {x: feed})
+    print(json.dumps({"name": name, "w": float(sess.run(w))}))
+'''
+
+
+def test_npu_distributed_optimizer_wraps_an_optimizer_that_skips_optimizer_init(tmp_path):
+    """The adapter names the wrapper "Distributed" + the wrapped class's name, so an optimizer
+    with no ``_name`` wraps; the overflowing step (1e38 * 2**10) is skipped, the others apply."""
+    report = tmp_path / "report.json"
+    out = _run(tmp_path, "conditional_optimizer.py", _OPTIMIZER_SCRIPT, "--report", str(report))
+    assert out == {"name": "DistributedConditionalOptimizer", "w": 1.0 - 0.5 * 1.0 - 0.5 * 2.0}
+    counts = json.loads(report.read_text())
+    assert (counts["steps_applied"], counts["steps_skipped"]) == (2, 1)

@@ -32,7 +32,10 @@ written here (no code of TF 1.15's contrib):
   framework.tensor_util.with_same_shape`` (:func:`with_same_shape`), ``cudnn_rnn``'s direction
   constants (``CudnnLSTM`` itself, a GPU kernel, is not mapped), ``all_reduce.python.all_reduce``
   (an empty module: its multi-GPU builders are not mapped and raise naming themselves);
-* ``learn.ModeKeys`` (contrib.learn's ``"train"``/``"eval"``/``"infer"``) and ``util``
+* ``learn.ModeKeys`` (contrib.learn's ``"train"``/``"eval"``/``"infer"``),
+  ``learn.monitors.replace_monitors_with_hooks`` (hooks pass through; monitors are not mapped:
+  :func:`replace_monitors_with_hooks`), ``eager.in_eager_mode`` (``tf.executing_eagerly``) and
+  ``util``
   (``constant_value`` is ``tf.get_static_value``, ``make_tensor_proto``, ``make_ndarray``);
 * ``seq2seq``: what scripts carrying their own decoders need of it: the ``Decoder`` interface
   (:class:`Decoder`) they subclass, ``tile_batch`` and ``hardmax`` (:func:`tile_batch`,
@@ -493,6 +496,19 @@ def _nest():
     return _ns("tf.contrib.framework.nest", lambda: [tf.nest, nest], is_sequence=tf.nest.is_nested)
 
 
+def replace_monitors_with_hooks(monitors_or_hooks, estimator):  # pylint: disable=unused-argument
+    """``tf.contrib.learn.monitors.replace_monitors_with_hooks``: the list unchanged when it holds
+    session-run hooks only; contrib.learn's monitors themselves are not mapped (an error names
+    any that is not a hook)."""
+    hooks = list(monitors_or_hooks or [])
+    for hook in hooks:
+        if not isinstance(hook, tf.compat.v1.train.SessionRunHook):
+            raise TypeError("tf.contrib.learn.monitors.replace_monitors_with_hooks: %r is not a "
+                            "SessionRunHook; contrib.learn's monitors are not mapped to "
+                            "TensorFlow 2 by the TF1 mode of npu_loss_scale.emulate" % (hook,))
+    return hooks
+
+
 _TPU_ESTIMATOR_NAMES = ("RunConfig", "TPUConfig", "TPUEstimator", "TPUEstimatorSpec",
                         "InputPipelineConfig")
 
@@ -555,7 +571,11 @@ def contrib():
                      xla=(_xla_module() or [_ns("tf.contrib.compiler.xla")])[0]),
         cudnn_rnn=_cudnn_rnn(),
         learn=_ns("tf.contrib.learn", ModeKeys=_ns("tf.contrib.learn.ModeKeys", TRAIN="train",
-                                                   EVAL="eval", INFER="infer")),
+                                                   EVAL="eval", INFER="infer"),
+                  monitors=_ns("tf.contrib.learn.monitors",
+                               replace_monitors_with_hooks=replace_monitors_with_hooks)),
+        eager=_ns("tf.contrib.eager", in_eager_mode=tf.executing_eagerly,
+                  executing_eagerly=tf.executing_eagerly),
         util=_ns("tf.contrib.util", constant_value=tf.get_static_value,
                  make_tensor_proto=tf.make_tensor_proto, make_ndarray=tf.make_ndarray),
         seq2seq=_ns("tf.contrib.seq2seq", Decoder=Decoder, tile_batch=tile_batch,

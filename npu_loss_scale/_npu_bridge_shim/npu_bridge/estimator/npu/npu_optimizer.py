@@ -40,7 +40,10 @@ class NPUDistributedOptimizer(tf.compat.v1.train.Optimizer):
         if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
             raise TypeError("optimizer must be a tf.compat.v1.train.Optimizer; got %r"
                             % (optimizer,))
-        super().__init__(use_locking=False, name=name or "NPUDistributed" + optimizer.get_name())
+        # the adapter's default name: "Distributed" and the wrapped optimizer's class name (not
+        # its get_name(): optimizers that never call Optimizer.__init__ have none)
+        super().__init__(use_locking=False,
+                         name=name or "Distributed" + type(optimizer).__name__)
         self._optimizer = optimizer
         self.is_weight_update_sharding = bool(is_weight_update_sharding)
 
