@@ -4,6 +4,11 @@ The model directory ships NVIDIA's old ``dllogger`` package in ``dllogger/`` (it
 it with pip); putting that folder on ``PYTHONPATH`` is what the install does. The arguments are
 those of ``scripts/run_1p.sh`` (tinyUNet, adaptive loss, auto loss scaling) with 2 batches of 2
 and ``--data_format=NHWC`` for the CPU.
+
+It trains (one NPUEstimator loop of ``iterations_per_loop=10`` steps, the script's RunConfig),
+but not through ``NPULossScaleOptimizer``: ``model/unet.py`` imports it and the loss-scale
+managers, then wraps RMSProp in its own ``MixedPrecisionOptimizer(opt, scale=4096)`` (a static
+loss scale) and ``NPUDistributedOptimizer``. The honest outcome is ``no-loss-scale-step``.
 """
 import os
 
@@ -41,8 +46,8 @@ def prepare(ctx):
             "--results_dir=" + ctx.out, "--data_dir=" + os.path.join(ctx.work, "data"),
             "--dataset_name=DAGM2007", "--dataset_classID=1", "--data_format=NHWC",
             "--use_auto_loss_scaling", "--nouse_tf_amp", "--nouse_xla", "--learning_rate=1e-4",
-            "--loss_fn_name=adaptive_loss", "--weight_decay=1e-5", "--weight_init_method=he_uniform",
-            "--augment_data", "--display_every=1", "--debug_verbosity=0"]
+            "--loss_fn_name=adaptive_loss", "--weight_decay=1e-5",
+            "--weight_init_method=he_uniform", "--augment_data", "--display_every=1", "--debug_verbosity=0"]
     pythonpath = [_REPO, os.path.join(ctx.model_dir, "dllogger")]
     if os.environ.get("PYTHONPATH"):
         pythonpath.append(os.environ["PYTHONPATH"])
