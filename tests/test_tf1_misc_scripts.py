@@ -102,3 +102,25 @@ def test_tf1_slim_batch_norm_builds_tf1_batch_normalization_layer(tmp_path):
     assert "Conv/BatchNorm/moving_mean:0" in out["vars"] and "Conv/BatchNorm/beta:0" in out["vars"]
     assert out["updates"] == 2
     assert out["moved"] > 0
+
+
+def test_tf1_contrib_image_rotate_translate_transform_as_augmentations_use_them(graph, session):
+    """RandAugment-style ops: ``from tensorflow.contrib import image as image_ops`` then
+    ``image_ops.rotate(img, radians)``, ``translate(img, [dx, dy])``, ``transform(img, t)`` on
+    HWC uint8 images, zero fill outside."""
+    from npu_loss_scale.ascend.tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
+    image_ops = contrib().image
+    img = tf.constant(np.arange(1, 10, dtype=np.uint8).reshape(3, 3, 1))
+    rotated = image_ops.rotate(img, np.pi / 2)
+    right = image_ops.translate(img, [1, 0])
+    down = image_ops.translate(tf.cast(img, tf.float32)[None], [[0, 1]])
+    same = image_ops.transform(img, [1, 0, 0, 0, 1, 0, 0, 0])
+    sheared = image_ops.transform(img, tf.constant([1, 1, 0, 0, 1, 0, 0, 0], tf.float32))
+    gray = image_ops.rotate(tf.ones([4, 4]), 0.0)
+    got = session.run([rotated, right, down, same, sheared, gray])
+    assert got[0][:, :, 0].tolist() == [[3, 6, 9], [2, 5, 8], [1, 4, 7]]   # counter-clockwise
+    assert got[1][:, :, 0].tolist() == [[0, 1, 2], [0, 4, 5], [0, 7, 8]]
+    assert got[2][0, :, :, 0].tolist() == [[0, 0, 0], [1, 2, 3], [4, 5, 6]]
+    assert got[3][:, :, 0].tolist() == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert got[4][:, :, 0].tolist() == [[1, 2, 3], [5, 6, 0], [9, 0, 0]]  # x_in = x + y
+    assert got[0].dtype == np.uint8 and got[5].shape == (4, 4) and got[5].min() == 1.0

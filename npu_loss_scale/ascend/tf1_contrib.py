@@ -21,6 +21,10 @@ Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 
 * ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods;
 * ``nn.conv1d_transpose``: ``tf.nn.conv1d_transpose`` (TF 1.15's contrib re-exported the core
   function, ``strides`` and all);
+* ``image.transform``, ``translate``, ``rotate`` (and the ``translations_to_``/
+  ``angles_to_projective_transforms`` helpers): TF 2.x's ``ImageProjectiveTransformV2`` op, the
+  kernel contrib's functions ran, with their arguments and zero fill (``compose_transforms``,
+  ``dense_image_warp`` are not mapped);
 * ``mixed_precision`` (and its ``python.loss_scale_manager``/``loss_scale_optimizer`` modules):
   this package's loss-scale managers and an inf/NaN-checking ``LossScaleOptimizer``
   (:func:`_mixed_precision`).
@@ -115,6 +119,85 @@ def l2_regularizer(scale, scope=None):
             return tf.cast(scale, weights.dtype) * tf.nn.l2_loss(weights)
 
     return l2
+
+
+# -- image -------------------------------------------------------------------------------------
+def _as_batch(images):
+    """``images`` (HW, HWC or NHWC) as NHWC, and a function giving a result its original rank."""
+    images = tf.convert_to_tensor(images)
+    rank = images.shape.ndims
+    if rank == 2:
+        return images[None, :, :, None], lambda out: out[0, :, :, 0]
+    if rank == 3:
+        return images[None], lambda out: out[0]
+    if rank == 4:
+        return images, lambda out: out
+    raise ValueError("tf.contrib.image: images must be of rank 2, 3 or 4; got shape %s"
+                     % images.shape)
+
+
+def transform(images, transforms, interpolation="NEAREST", output_shape=None, name=None):
+    """``tf.contrib.image.transform``: projective transforms ``[a0, a1, a2, b0, b1, b2, c0, c1]``
+    (one, or one per image) mapping output points to input points; outside points are 0."""
+    with tf.name_scope(name or "transform"):
+        batch, restore = _as_batch(images)
+        transforms = tf.convert_to_tensor(transforms, tf.float32)
+        if transforms.shape.ndims == 1:
+            transforms = transforms[None]
+        if output_shape is None:
+            output_shape = tf.shape(batch)[1:3]
+        out = tf.raw_ops.ImageProjectiveTransformV2(
+            images=batch, transforms=transforms,
+            output_shape=tf.convert_to_tensor(output_shape, tf.int32),
+            interpolation=interpolation.upper(), fill_mode="CONSTANT")
+        return restore(out)
+
+
+def translations_to_projective_transforms(translations, name=None):
+    """``[dx, dy]`` (or one per image) as the transforms moving an image right by dx, down by
+    dy."""
+    with tf.name_scope(name or "translations_to_projective_transforms"):
+        translations = tf.convert_to_tensor(translations, tf.float32)
+        if translations.shape.ndims == 1:
+            translations = translations[None]
+        n = tf.shape(translations)[0]
+        ones, zeros = tf.ones([n, 1]), tf.zeros([n, 1])
+        return tf.concat([ones, zeros, -translations[:, :1], zeros, ones, -translations[:, 1:2],
+                          zeros, zeros], axis=1)
+
+
+def angles_to_projective_transforms(angles, image_height, image_width, name=None):
+    """The transforms rotating images counter-clockwise by ``angles`` (radians) about their
+    centres."""
+    with tf.name_scope(name or "angles_to_projective_transforms"):
+        angles = tf.convert_to_tensor(angles, tf.float32)
+        if angles.shape.ndims == 0:
+            angles = angles[None]
+        h = tf.cast(image_height, tf.float32) - 1.0
+        w = tf.cast(image_width, tf.float32) - 1.0
+        cos, sin = tf.cos(angles), tf.sin(angles)
+        x_offset = (w - (cos * w - sin * h)) / 2.0
+        y_offset = (h - (sin * w + cos * h)) / 2.0
+        zeros = tf.zeros_like(angles)
+        return tf.stack([cos, -sin, x_offset, sin, cos, y_offset, zeros, zeros], axis=1)
+
+
+def translate(images, translations, interpolation="NEAREST", name=None):
+    """``tf.contrib.image.translate``: shift by ``[dx, dy]`` pixels, filling with 0."""
+    with tf.name_scope(name or "translate"):
+        return transform(images, translations_to_projective_transforms(translations),
+                         interpolation=interpolation)
+
+
+def rotate(images, angles, interpolation="NEAREST", name=None):
+    """``tf.contrib.image.rotate``: rotate counter-clockwise by ``angles`` radians (one, or one
+    per image) about the centre, filling with 0."""
+    with tf.name_scope(name or "rotate"):
+        batch, restore = _as_batch(images)
+        shape = tf.shape(batch)
+        return restore(transform(batch, angles_to_projective_transforms(angles, shape[1],
+                                                                        shape[2]),
+                                 interpolation=interpolation))
 
 
 def layer_norm(inputs, center=True, scale=True, activation_fn=None, reuse=None,
@@ -390,6 +473,9 @@ def contrib():
             if _v1_nn(name) is not None}),
         training=_ns("tf.contrib.training", HParams=HParams),
         nn=_ns("tf.contrib.nn", conv1d_transpose=tf.nn.conv1d_transpose),
+        image=_ns("tf.contrib.image", transform=transform, translate=translate, rotate=rotate,
+                  translations_to_projective_transforms=translations_to_projective_transforms,
+                  angles_to_projective_transforms=angles_to_projective_transforms),
         mixed_precision=_mixed_precision())
     framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
     object.__setattr__(out.framework, "python", _ns("tensorflow.contrib.framework.python",
