@@ -21,6 +21,8 @@ Other pieces, each a TF 2.x equivalent or a maintained successor (no code of TF 
 * ``training.HParams``: :class:`HParams`, a hyper-parameter container with TF 1.15's methods;
 * ``nn.conv1d_transpose``: ``tf.nn.conv1d_transpose`` (TF 1.15's contrib re-exported the core
   function, ``strides`` and all);
+* ``distributions.percentile`` (:func:`percentile`: TF 1.15's sampled percentile, no
+  distribution classes);
 * ``image.transform``, ``translate``, ``rotate`` (and the ``translations_to_``/
   ``angles_to_projective_transforms`` helpers): TF 2.x's ``ImageProjectiveTransformV2`` op, the
   kernel contrib's functions ran, with their arguments and zero fill (``compose_transforms``,
@@ -119,6 +121,43 @@ def l2_regularizer(scale, scope=None):
             return tf.cast(scale, weights.dtype) * tf.nn.l2_loss(weights)
 
     return l2
+
+
+# -- distributions ---------------------------------------------------------------------------
+def percentile(x, q, axis=None, interpolation=None, keep_dims=False, validate_args=False,
+               name=None):
+    """``tf.contrib.distributions.percentile``: the ``q``-th percentile (scalar ``q`` in [0, 100])
+    of ``x`` over ``axis`` (all axes when None; a static rank is needed), as TF 1.15 computed it:
+    a sample of the sorted values, ``interpolation`` ``"nearest"`` (default, ties to even),
+    ``"lower"`` or ``"higher"``; gradients flow to the sampled elements."""
+    del validate_args  # TF 1.15 only added assertions on q's range
+    interpolation = interpolation or "nearest"
+    pick = {"lower": tf.math.ceil, "higher": tf.math.floor, "nearest": tf.math.round}
+    if interpolation not in pick:
+        raise ValueError("tf.contrib.distributions.percentile: interpolation must be one of "
+                         "'lower', 'higher', 'nearest'; got %r" % (interpolation,))
+    with tf.name_scope(name or "percentile"):
+        x = tf.convert_to_tensor(x)
+        ndims = x.shape.ndims
+        if ndims is None:
+            raise ValueError("tf.contrib.distributions.percentile needs x of a static rank")
+        if axis is None:
+            axes = list(range(ndims))
+        else:
+            axes = [int(a) for a in ([axis] if isinstance(axis, int) else list(axis))]
+            axes = [a + ndims if a < 0 else a for a in axes]
+        front = [i for i in range(ndims) if i not in axes]
+        y = tf.transpose(x, front + axes)
+        y = tf.reshape(y, tf.concat([tf.shape(y)[:len(front)], [-1]], axis=0))
+        count = tf.cast(tf.shape(y)[-1], tf.float32)
+        # the index counted from the largest value, as TF 1.15 did (so "lower" rounds it up)
+        index = pick[interpolation]((count - 1.0) * (1.0 - tf.cast(q, tf.float32) / 100.0))
+        descending = tf.nn.top_k(y, k=tf.shape(y)[-1]).values
+        result = tf.gather(descending, tf.cast(index, tf.int32), axis=-1)
+        if keep_dims:
+            for a in sorted(axes):
+                result = tf.expand_dims(result, a)
+        return result
 
 
 # -- image -------------------------------------------------------------------------------------
@@ -473,6 +512,7 @@ def contrib():
             if _v1_nn(name) is not None}),
         training=_ns("tf.contrib.training", HParams=HParams),
         nn=_ns("tf.contrib.nn", conv1d_transpose=tf.nn.conv1d_transpose),
+        distributions=_ns("tf.contrib.distributions", percentile=percentile),
         image=_ns("tf.contrib.image", transform=transform, translate=translate, rotate=rotate,
                   translations_to_projective_transforms=translations_to_projective_transforms,
                   angles_to_projective_transforms=angles_to_projective_transforms),
