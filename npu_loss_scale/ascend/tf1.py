@@ -40,7 +40,8 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   module looks for it in ``tf_keras.legacy_tf_layers``, where no tf_keras release has it; it is
   Keras 2's (``tf.compat.v1.layers.BatchNormalization``) or tf_keras's, else an error naming it.
 
-What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
+What is not done yet: ``tpu``, ``learn``, ``quantize``, ``opt`` contrib pieces, ``image`` beyond
+``transform``/``translate``/``rotate``, ``distributions`` beyond ``percentile``.
 """
 import builtins
 import os
