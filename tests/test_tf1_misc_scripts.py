@@ -102,3 +102,47 @@ def test_tf1_slim_batch_norm_builds_tf1_batch_normalization_layer(tmp_path):
     assert "Conv/BatchNorm/moving_mean:0" in out["vars"] and "Conv/BatchNorm/beta:0" in out["vars"]
     assert out["updates"] == 2
     assert out["moved"] > 0
+
+
+def test_tf1_contrib_image_rotate_translate_transform_as_augmentations_use_them(graph, session):
+    """RandAugment-style ops: ``from tensorflow.contrib import image as image_ops`` then
+    ``image_ops.rotate(img, radians)``, ``translate(img, [dx, dy])``, ``transform(img, t)`` on
+    HWC uint8 images, zero fill outside."""
+    from npu_loss_scale.ascend.tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
+    image_ops = contrib().image
+    img = tf.constant(np.arange(1, 10, dtype=np.uint8).reshape(3, 3, 1))
+    rotated = image_ops.rotate(img, np.pi / 2)
+    right = image_ops.translate(img, [1, 0])
+    down = image_ops.translate(tf.cast(img, tf.float32)[None], [[0, 1]])
+    same = image_ops.transform(img, [1, 0, 0, 0, 1, 0, 0, 0])
+    sheared = image_ops.transform(img, tf.constant([1, 1, 0, 0, 1, 0, 0, 0], tf.float32))
+    gray = image_ops.rotate(tf.ones([4, 4]), 0.0)
+    got = session.run([rotated, right, down, same, sheared, gray])
+    assert got[0][:, :, 0].tolist() == [[3, 6, 9], [2, 5, 8], [1, 4, 7]]   # counter-clockwise
+    assert got[1][:, :, 0].tolist() == [[0, 1, 2], [0, 4, 5], [0, 7, 8]]
+    assert got[2][0, :, :, 0].tolist() == [[0, 0, 0], [1, 2, 3], [4, 5, 6]]
+    assert got[3][:, :, 0].tolist() == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert got[4][:, :, 0].tolist() == [[1, 2, 3], [5, 6, 0], [9, 0, 0]]  # x_in = x + y
+    assert got[0].dtype == np.uint8 and got[5].shape == (4, 4) and got[5].min() == 1.0
+
+
+def test_tf1_contrib_distributions_percentile_per_image_as_a_mask_threshold(graph, session):
+    """``tf.contrib.distributions.percentile(err, q=99, axis=[1, 2])`` per image of an NHWC
+    batch: TF 1.15's sampled percentile (nearest by default, lower/higher, keep_dims)."""
+    from npu_loss_scale.ascend.tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
+    dist = contrib().distributions
+    values = np.random.RandomState(0).rand(2, 5, 4, 1).astype(np.float32)
+    x = tf.constant(values)
+    got = session.run([dist.percentile(x, q=99, axis=[1, 2]),
+                       dist.percentile(x, q=50, axis=[1, 2], interpolation="lower"),
+                       dist.percentile(x, q=50, axis=[1, 2], interpolation="higher"),
+                       dist.percentile(x, 30.0),
+                       dist.percentile(x, q=50, axis=[1, 2], keep_dims=True)])
+    flat = np.sort(values.reshape(2, 20, 1).transpose(0, 2, 1), axis=-1)   # [2, 1, 20] ascending
+    np.testing.assert_allclose(got[0], flat[:, :, 19])     # 19 * 0.99 rounds to the largest
+    np.testing.assert_allclose(got[1], flat[:, :, 9])      # 19 * 0.5 = 9.5: lower, higher
+    np.testing.assert_allclose(got[2], flat[:, :, 10])
+    np.testing.assert_allclose(got[3], np.sort(values.ravel())[12])   # 39 * 0.3 = 11.7 -> 12
+    assert got[4].shape == (2, 1, 1, 1)
+    grad = tf.gradients(dist.percentile(x, q=99, axis=[1, 2]), x)[0]
+    assert session.run(tf.reduce_sum(grad)) == 2.0

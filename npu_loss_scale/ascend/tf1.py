@@ -40,7 +40,8 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0 release still reads
   ``ops.Tensor``, ``control_flow_ops.cond`` and ``normalization.BatchNormalization``.
 
-What is not done yet: most of ``learn``, ``quantize``, ``opt``, ``image`` contrib pieces.
+What is not done yet: most of ``learn``, ``quantize``, ``opt`` contrib pieces, ``image`` beyond
+``transform``/``translate``/``rotate``, ``distributions`` beyond ``percentile``.
 """
 import builtins
 import os

@@ -43,6 +43,12 @@ written here (no code of TF 1.15's contrib):
   decoders are not mapped;
 * ``nn.conv1d_transpose``: ``tf.nn.conv1d_transpose`` (TF 1.15's contrib re-exported the core
   function, ``strides`` and all);
+* ``distributions.percentile`` (:func:`percentile`: TF 1.15's sampled percentile, no
+  distribution classes);
+* ``image.transform``, ``translate``, ``rotate`` (and the ``translations_to_``/
+  ``angles_to_projective_transforms`` helpers): TF 2.x's ``ImageProjectiveTransformV2`` op, the
+  kernel contrib's functions ran, with their arguments and zero fill (``compose_transforms``,
+  ``dense_image_warp`` are not mapped);
 * ``mixed_precision`` (and its ``python.loss_scale_manager``/``loss_scale_optimizer`` modules):
   this package's loss-scale managers and an inf/NaN-checking ``LossScaleOptimizer``
   (:func:`_mixed_precision`).
@@ -138,6 +144,122 @@ def l2_regularizer(scale, scope=None):
             return tf.cast(scale, weights.dtype) * tf.nn.l2_loss(weights)
 
     return l2
+
+
+# -- distributions ---------------------------------------------------------------------------
+def percentile(x, q, axis=None, interpolation=None, keep_dims=False, validate_args=False,
+               name=None):
+    """``tf.contrib.distributions.percentile``: the ``q``-th percentile (scalar ``q`` in [0, 100])
+    of ``x`` over ``axis`` (all axes when None; a static rank is needed), as TF 1.15 computed it:
+    a sample of the sorted values, ``interpolation`` ``"nearest"`` (default, ties to even),
+    ``"lower"`` or ``"higher"``; gradients flow to the sampled elements."""
+    del validate_args  # TF 1.15 only added assertions on q's range
+    interpolation = interpolation or "nearest"
+    pick = {"lower": tf.math.ceil, "higher": tf.math.floor, "nearest": tf.math.round}
+    if interpolation not in pick:
+        raise ValueError("tf.contrib.distributions.percentile: interpolation must be one of "
+                         "'lower', 'higher', 'nearest'; got %r" % (interpolation,))
+    with tf.name_scope(name or "percentile"):
+        x = tf.convert_to_tensor(x)
+        ndims = x.shape.ndims
+        if ndims is None:
+            raise ValueError("tf.contrib.distributions.percentile needs x of a static rank")
+        if axis is None:
+            axes = list(range(ndims))
+        else:
+            axes = [int(a) for a in ([axis] if isinstance(axis, int) else list(axis))]
+            axes = [a + ndims if a < 0 else a for a in axes]
+        front = [i for i in range(ndims) if i not in axes]
+        y = tf.transpose(x, front + axes)
+        y = tf.reshape(y, tf.concat([tf.shape(y)[:len(front)], [-1]], axis=0))
+        count = tf.cast(tf.shape(y)[-1], tf.float32)
+        # the index counted from the largest value, as TF 1.15 did (so "lower" rounds it up)
+        index = pick[interpolation]((count - 1.0) * (1.0 - tf.cast(q, tf.float32) / 100.0))
+        descending = tf.nn.top_k(y, k=tf.shape(y)[-1]).values
+        result = tf.gather(descending, tf.cast(index, tf.int32), axis=-1)
+        if keep_dims:
+            for a in sorted(axes):
+                result = tf.expand_dims(result, a)
+        return result
+
+
+# -- image -------------------------------------------------------------------------------------
+def _as_batch(images):
+    """``images`` (HW, HWC or NHWC) as NHWC, and a function giving a result its original rank."""
+    images = tf.convert_to_tensor(images)
+    rank = images.shape.ndims
+    if rank == 2:
+        return images[None, :, :, None], lambda out: out[0, :, :, 0]
+    if rank == 3:
+        return images[None], lambda out: out[0]
+    if rank == 4:
+        return images, lambda out: out
+    raise ValueError("tf.contrib.image: images must be of rank 2, 3 or 4; got shape %s"
+                     % images.shape)
+
+
+def transform(images, transforms, interpolation="NEAREST", output_shape=None, name=None):
+    """``tf.contrib.image.transform``: projective transforms ``[a0, a1, a2, b0, b1, b2, c0, c1]``
+    (one, or one per image) mapping output points to input points; outside points are 0."""
+    with tf.name_scope(name or "transform"):
+        batch, restore = _as_batch(images)
+        transforms = tf.convert_to_tensor(transforms, tf.float32)
+        if transforms.shape.ndims == 1:
+            transforms = transforms[None]
+        if output_shape is None:
+            output_shape = tf.shape(batch)[1:3]
+        out = tf.raw_ops.ImageProjectiveTransformV2(
+            images=batch, transforms=transforms,
+            output_shape=tf.convert_to_tensor(output_shape, tf.int32),
+            interpolation=interpolation.upper(), fill_mode="CONSTANT")
+        return restore(out)
+
+
+def translations_to_projective_transforms(translations, name=None):
+    """``[dx, dy]`` (or one per image) as the transforms moving an image right by dx, down by
+    dy."""
+    with tf.name_scope(name or "translations_to_projective_transforms"):
+        translations = tf.convert_to_tensor(translations, tf.float32)
+        if translations.shape.ndims == 1:
+            translations = translations[None]
+        n = tf.shape(translations)[0]
+        ones, zeros = tf.ones([n, 1]), tf.zeros([n, 1])
+        return tf.concat([ones, zeros, -translations[:, :1], zeros, ones, -translations[:, 1:2],
+                          zeros, zeros], axis=1)
+
+
+def angles_to_projective_transforms(angles, image_height, image_width, name=None):
+    """The transforms rotating images counter-clockwise by ``angles`` (radians) about their
+    centres."""
+    with tf.name_scope(name or "angles_to_projective_transforms"):
+        angles = tf.convert_to_tensor(angles, tf.float32)
+        if angles.shape.ndims == 0:
+            angles = angles[None]
+        h = tf.cast(image_height, tf.float32) - 1.0
+        w = tf.cast(image_width, tf.float32) - 1.0
+        cos, sin = tf.cos(angles), tf.sin(angles)
+        x_offset = (w - (cos * w - sin * h)) / 2.0
+        y_offset = (h - (sin * w + cos * h)) / 2.0
+        zeros = tf.zeros_like(angles)
+        return tf.stack([cos, -sin, x_offset, sin, cos, y_offset, zeros, zeros], axis=1)
+
+
+def translate(images, translations, interpolation="NEAREST", name=None):
+    """``tf.contrib.image.translate``: shift by ``[dx, dy]`` pixels, filling with 0."""
+    with tf.name_scope(name or "translate"):
+        return transform(images, translations_to_projective_transforms(translations),
+                         interpolation=interpolation)
+
+
+def rotate(images, angles, interpolation="NEAREST", name=None):
+    """``tf.contrib.image.rotate``: rotate counter-clockwise by ``angles`` radians (one, or one
+    per image) about the centre, filling with 0."""
+    with tf.name_scope(name or "rotate"):
+        batch, restore = _as_batch(images)
+        shape = tf.shape(batch)
+        return restore(transform(batch, angles_to_projective_transforms(angles, shape[1],
+                                                                        shape[2]),
+                                 interpolation=interpolation))
 
 
 def layer_norm(inputs, center=True, scale=True, activation_fn=None, reuse=None,
@@ -586,6 +708,10 @@ def contrib():
         cluster_resolver=_ns("tf.contrib.cluster_resolver",
                              lambda: [tf.distribute.cluster_resolver]),
         nn=_ns("tf.contrib.nn", conv1d_transpose=tf.nn.conv1d_transpose),
+        distributions=_ns("tf.contrib.distributions", percentile=percentile),
+        image=_ns("tf.contrib.image", transform=transform, translate=translate, rotate=rotate,
+                  translations_to_projective_transforms=translations_to_projective_transforms,
+                  angles_to_projective_transforms=angles_to_projective_transforms),
         mixed_precision=_mixed_precision())
     framework_ops = _ns("tensorflow.contrib.framework.python.ops", _slim_ops)
     tensor_util = _ns("tensorflow.contrib.framework.python.framework.tensor_util",

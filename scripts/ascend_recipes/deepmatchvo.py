@@ -8,9 +8,7 @@ Trained from scratch (no ``--init_ckpt_file``), without matches (``--match_num 0
 
 Note: the script's ``NPULossScaleOptimizer`` lines in ``deep_slam.py`` sit inside a string
 literal (disabled); its train op is a plain ``AdamOptimizer``, so a run can only end as
-``no-loss-scale-step``. Not pursued past the first barrier after that:
-``tf.contrib.distributions.percentile`` (deep_slam.py, not mapped by TF1 mode; TF 2 has it only
-in tensorflow_probability, ``tfp.stats.percentile``).
+``no-loss-scale-step`` (it does: 2 Adam steps, clean exit).
 """
 from ascend_recipes import jpeg_bytes, write_text
 
