@@ -407,7 +407,8 @@ def _gradient_passes(fetch, grads, loss):
     from graph_walk import ancestors  # pylint: disable=import-outside-toplevel
     sizes = {g.shape.num_elements() for g in grads}
     model = ancestors([loss])
-    return [op for op in ancestors([fetch]) if op.type in ("Sum", "All", "Max", "Min")
+    return [op for op in ancestors([fetch])
+            if op.type in ("Sum", "All", "Max", "Min", "NlsUnscaleAndCheck")
             and op.inputs[0].shape.num_elements() in sizes and op not in model]
 
 
@@ -423,4 +424,4 @@ def test_one_pass_over_the_gradients_even_with_clipping_between_compute_and_appl
     opt.apply_gradients(list(zip(clipped, ws)))
     passes = _gradient_passes(opt.overflow_status_reduce_all, [g for g, _ in grads_and_vars],
                               loss)
-    assert len(passes) == len(ws)       # one reduce_sum per gradient, nothing else
+    assert len(passes) == len(ws)       # one pass per gradient (sum or fused), nothing else
