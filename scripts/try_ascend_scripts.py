@@ -4,6 +4,7 @@ Usage::
 
     python scripts/try_ascend_scripts.py CORPUS_DIR [--sample N] [--seed S] [--list FILE]
                                          [--timeout SEC] [--jobs J] [--python PY] [--keep DIR]
+                                         [--only TEXT] [--recipes DIR | --no-recipes]
 
 ``CORPUS_DIR`` is a folder of Ascend TensorFlow scripts, for example a checkout of Ascend's public
 ModelZoo-TensorFlow (nothing of it belongs in this repository). The script
@@ -26,6 +27,10 @@ ModelZoo-TensorFlow (nothing of it belongs in this repository). The script
    (MNIST in its IDX files, CIFAR-10 in its binary batches, both a few records), output folders
    an empty folder, step counts 2, epochs 1, batch sizes 2; the environment of a one-rank Ascend
    launch (``RANK_SIZE=1``, ``RANK_ID=0``, ``DEVICE_ID=0``, ``ASCEND_DEVICE_ID=0``, ``JOB_ID``);
+   Where ``scripts/ascend_recipes`` (or ``--recipes DIR``) has a *recipe* for a sampled model
+   directory, the recipe's arguments and synthetic data in the script's own format are used
+   instead (see ``scripts/ascend_recipes/__init__.py``: what a user writes to run the script in
+   CI; never a change to the script); the summary counts runs with and without a recipe apart;
 5. decides *trained through NPULossScaleOptimizer* from evidence only: the emulate report
    (``--report``) says an ``NPULossScaleOptimizer`` train op ran at least one step (applied or
    skipped for an overflow). It prints, per script, the outcome, the first barrier (the exception
@@ -356,6 +361,8 @@ def main(argv=None):
     parser.add_argument("--only", metavar="TEXT", action="append", default=[],
                         help="run only the sampled scripts whose path contains TEXT (repeatable; "
                              "the sample is drawn first, so the seed keeps its meaning)")
+    parser.add_argument("--recipes", metavar="DIR", default=recipes.HERE,
+                        help="folder of recipe modules (default: scripts/ascend_recipes)")
     parser.add_argument("--no-recipes", action="store_true",
                         help="generic arguments and data only, even where scripts/ascend_recipes "
                              "has a recipe for the model directory")
@@ -380,7 +387,7 @@ def main(argv=None):
         print("loss-scale model directories: %d; with a training entry script: %d"
               % (len(entries), len(with_entry)))
         chosen = random.Random(args.seed).sample(with_entry, min(args.sample, len(with_entry)))
-        known = {} if args.no_recipes else recipes.load_recipes()
+        known = {} if args.no_recipes else recipes.load_recipes(args.recipes)
         jobs = []
         for folder in sorted(chosen):
             recipe = known.get(os.path.relpath(folder, corpus))

@@ -195,3 +195,76 @@ def test_try_script_runs_a_sample_and_counts_only_evidence_of_loss_scaled_steps(
     assert "first barriers of the others: other 1, third-party module missing 1\n" \
         "trained through NPULossScaleOptimizer (>= 1 step): 1 of 3 (1 with a clean exit)" \
         in out.stdout
+
+
+def test_a_recipe_gives_a_script_its_arguments_and_data_and_is_counted_apart(tmp_path):
+    """A script that needs a vocabulary file and a task name fails with the generic arguments
+    and trains with the recipe that writes them; the summary counts the two apart."""
+    root = str(tmp_path / "zoo")
+    _write(root, "D_ID0004_for_TensorFlow/run_classifier.py", """
+        import tensorflow as tf
+        from npu_bridge.npu_init import *
+        flags = tf.app.flags
+        flags.DEFINE_string("vocab_file", None, "")
+        flags.DEFINE_string("task_name", None, "")
+        FLAGS = flags.FLAGS
+        def main(_):
+            words = open(FLAGS.vocab_file).read().split()
+            assert FLAGS.task_name == "mrpc" and words[:2] == ["[PAD]", "[unused0]"], words
+            w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+            opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.1),
+                                        FixedLossScaleManager(8))
+            op = opt.minimize(w * w * len(words))
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                sess.run(op)
+        if __name__ == "__main__":
+            tf.app.run()
+        """)
+    recipes = str(tmp_path / "recipes")
+    _write(recipes, "d_recipe.py", """
+        from ascend_recipes import bert_vocab
+        MODEL_DIR = "D_ID0004_for_TensorFlow"
+        def prepare(ctx):
+            vocab = bert_vocab(ctx.path("vocab.txt"))
+            return ctx.generic_args + ["--vocab_file=" + vocab, "--task_name=mrpc"], {}
+        """)
+    outs = {}
+    for mode in (["--recipes", recipes], ["--no-recipes"]):
+        results_file = str(tmp_path / "results.json")
+        out = subprocess.run([sys.executable, TRY, root, "--sample", "1", "--timeout", "240",
+                              "--json", results_file] + mode, env=_env(), capture_output=True,
+                             text=True, timeout=600, check=False)
+        assert out.returncode == 0, out.stderr[-3000:]
+        with open(results_file, encoding="utf-8") as handle:
+            outs[mode[0]] = (json.load(handle)[0], out.stdout)
+    with_recipe, stdout = outs["--recipes"]
+    assert with_recipe["recipe"] == "d_recipe.py" and with_recipe["outcome"] == "trained"
+    assert with_recipe["report"]["steps_applied"] == 1
+    assert "with a recipe: 1 of 1 trained; generic arguments only: 0 of 0 trained" in stdout
+    generic, stdout = outs["--no-recipes"]
+    assert generic["recipe"] is None and generic["outcome"] == "failed"
+    assert "with a recipe: 0 of 0 trained; generic arguments only: 0 of 1 trained" in stdout
+
+
+def test_recipe_helpers_write_what_tensorflow_reads(tmp_path):
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        import ascend_recipes  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    example = ascend_recipes.tf_example({"ids": [3, 1, 4], "score": [0.5], "name": [b"x"]})
+    ours = ascend_recipes.write_tfrecord(str(tmp_path / "ours.tfrecord"), [example, b"", example])
+    theirs = str(tmp_path / "theirs.tfrecord")
+    with tf.io.TFRecordWriter(theirs) as writer:
+        for record in (example, b"", example):
+            writer.write(record)
+    with open(ours, "rb") as a, open(theirs, "rb") as b:
+        assert a.read() == b.read()
+    image = tf.io.decode_png(ascend_recipes.png_bytes(5, 7, 3, seed=1))
+    assert image.shape == (5, 7, 3) and image.dtype == tf.uint8
+    gray = tf.io.decode_png(ascend_recipes.png_bytes(4, 4, 1))
+    assert gray.shape == (4, 4, 1)
+    assert tf.io.decode_jpeg(ascend_recipes.jpeg_bytes(8, 6)).shape == (8, 6, 3)
+    known = ascend_recipes.load_recipes()
+    assert len(known) >= 10 and all(callable(m.prepare) for m in known.values())
