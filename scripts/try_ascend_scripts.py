@@ -291,6 +291,7 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None):
     cwd = os.path.dirname(script)
     if recipe is not None:
         tf1 = getattr(recipe, "TF1", tf1)
+        timeout = getattr(recipe, "TIMEOUT", timeout)
         ctx = recipes.Context(os.path.join(work, "recipe"), data, out, model, script, args)
         os.makedirs(ctx.work, exist_ok=True)
         args, recipe_env = recipe.prepare(ctx)

@@ -19,6 +19,9 @@ One module per model directory, named freely (``bert_google_finetune.py``), with
     writes the synthetic data under ``ctx.work`` and returns ``(args, env)``: the script's
     command-line arguments (a list of strings; ``ctx.generic_args`` holds the generic ones, to
     extend or replace) and extra environment variables (a dict, may be empty).
+``TIMEOUT`` (optional)
+    seconds this script gets instead of ``--timeout``: for scripts whose steps take minutes on a
+    CPU at the sizes they fix themselves, or that train until stopped.
 ``CWD`` (optional)
     ``"work"`` to run the script from ``ctx.work`` instead of its own folder (for scripts that
     read or write relative paths).

@@ -20,6 +20,8 @@ import os
 from ascend_recipes import png_bytes, tf_example, write_tfrecord
 
 MODEL_DIR = "TensorFlow/contrib/cv/Fixmatch_ID0843_for_TensorFlow"
+# train() runs over a fixed 328704 images: it trains until stopped
+TIMEOUT = 300
 ENTRY = "fixmatch.py"
 CWD = "work"
 

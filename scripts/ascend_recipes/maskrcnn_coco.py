@@ -25,6 +25,8 @@ import sys
 import ascend_recipes as common
 
 MODEL_DIR = "TensorFlow/built-in/cv/detection/MaskRcnn_ID0011_for_TensorFlow"
+# 1024x1024 images fixed by the script: the first step comes after some 8 minutes
+TIMEOUT = 900
 ENTRY = "mask_rcnn_main.py"
 
 

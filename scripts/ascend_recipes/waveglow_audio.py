@@ -19,6 +19,8 @@ import numpy as np
 from ascend_recipes import tf_example, write_tfrecord
 
 MODEL_DIR = "TensorFlow/built-in/audio/WaveGlow_ID0024_for_TensorFlow"
+# the model size is fixed in params.py: one step takes minutes on 2 cores
+TIMEOUT = 900
 ENTRY = "train.py"
 TF1 = True
 CWD = "work"
