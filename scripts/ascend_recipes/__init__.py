@@ -147,6 +147,29 @@ def jpeg_bytes(height, width, seed=0):
     return tf.io.encode_jpeg(pixels).numpy()
 
 
+def png_label_records(count, seed, size=32):
+    """Serialized examples of ``image`` (an encoded PNG, size x size x 3) and ``label`` (int64,
+    0-9): the record layout of MixMatch-style semi-supervised CIFAR-10 splits."""
+    return [tf_example({"image": [png_bytes(size, size, 3, seed=seed + i)],
+                        "label": [(seed + i) % 10]}) for i in range(count)]
+
+
+def frame_sequence_dump(ctx, folder, drive, height, width, frames, intrinsics):
+    """A KITTI-style sequence dump as SfMLearner-derived scripts read it: per frame a JPEG of
+    three frames side by side (``height`` x 3*``width``) and a ``_cam.txt`` with the 3x3
+    intrinsics, and ``train.txt`` listing ``<drive> <frame>``. Returns the dump's folder."""
+    root = ctx.path(folder, "train.txt")[:-len("train.txt")]
+    lines = []
+    for i in range(frames):
+        frame = "%010d" % i
+        with open(ctx.path(folder, drive, frame + ".jpg"), "wb") as out:
+            out.write(jpeg_bytes(height, 3 * width, seed=i))
+        write_text(ctx.path(folder, drive, frame + "_cam.txt"), intrinsics + "\n")
+        lines.append("%s %s" % (drive, frame))
+    write_text(root + "train.txt", "\n".join(lines) + "\n")
+    return root
+
+
 def bert_vocab(path, extra=()):
     """A small WordPiece vocabulary with BERT's special tokens, letters and a few words."""
     words = ["[PAD]"] + ["[unused%d]" % i for i in range(10)] + \

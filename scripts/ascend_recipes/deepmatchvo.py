@@ -10,7 +10,7 @@ Note: the script's ``NPULossScaleOptimizer`` lines in ``deep_slam.py`` sit insid
 literal (disabled); its train op is a plain ``AdamOptimizer``, so a run can only end as
 ``no-loss-scale-step`` (it does: 2 Adam steps, clean exit).
 """
-from ascend_recipes import jpeg_bytes, write_text
+from ascend_recipes import frame_sequence_dump
 
 MODEL_DIR = "TensorFlow/contrib/cv/DeepMatchVO_ID2363_for_TensorFlow"
 ENTRY = "train.py"
@@ -21,16 +21,8 @@ HEIGHT, WIDTH, FRAMES = 128, 416, 4
 
 
 def prepare(ctx):
-    root = ctx.path("kitti_odom", "train.txt")[:-len("train.txt")]
-    lines = []
-    for i in range(FRAMES):
-        frame = "%010d" % i
-        with open(ctx.path("kitti_odom", "00_02", frame + ".jpg"), "wb") as out:
-            out.write(jpeg_bytes(HEIGHT, 3 * WIDTH, seed=i))
-        write_text(ctx.path("kitti_odom", "00_02", frame + "_cam.txt"),
-                   "241.67,0.,204.17,0.,246.28,59.0,0.,0.,1.\n")
-        lines.append("00_02 %s" % frame)
-    write_text(root + "train.txt", "\n".join(lines) + "\n")
+    root = frame_sequence_dump(ctx, "kitti_odom", "00_02", HEIGHT, WIDTH, FRAMES,
+                               "241.67,0.,204.17,0.,246.28,59.0,0.,0.,1.")
     args = ["--dataset_dir", root, "--checkpoint_dir", ctx.path("ckpt", "x")[:-1],
             "--img_height", str(HEIGHT), "--img_width", str(WIDTH), "--batch_size", "2",
             "--seq_length", "3", "--max_steps", "2", "--summary_freq", "1",

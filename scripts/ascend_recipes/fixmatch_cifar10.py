@@ -17,18 +17,13 @@ generator to ``np.stack``) and Pillow < 10 (``libml/ctaugment.py`` uses ``Image.
 With NumPy 1.26 the run stops before its first step."""
 import os
 
-from ascend_recipes import png_bytes, tf_example, write_tfrecord
+from ascend_recipes import png_label_records as _records, write_tfrecord
 
 MODEL_DIR = "TensorFlow/contrib/cv/Fixmatch_ID0843_for_TensorFlow"
 # train() runs over a fixed 328704 images: it trains until stopped
 TIMEOUT = 300
 ENTRY = "fixmatch.py"
 CWD = "work"
-
-
-def _records(count, seed):
-    return [tf_example({"image": [png_bytes(32, 32, 3, seed=seed + i)],
-                        "label": [(seed + i) % 10]}) for i in range(count)]
 
 
 def prepare(ctx):

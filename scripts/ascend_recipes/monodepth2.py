@@ -11,7 +11,7 @@ The learner calls ``np.float``/``np.int`` (removed in NumPy 1.24), so it needs N
 """
 import json
 
-from ascend_recipes import jpeg_bytes, write_text
+from ascend_recipes import frame_sequence_dump, write_text
 
 MODEL_DIR = "TensorFlow/contrib/cv/MONO_ID1240_for_TensorFlow"
 ENTRY = "monodepth2.py"
@@ -22,16 +22,8 @@ HEIGHT, WIDTH, FRAMES = 64, 192, 4
 
 
 def prepare(ctx):
-    root = ctx.path("kitti", "train.txt")[:-len("train.txt")]
-    lines = []
-    for i in range(FRAMES):
-        frame = "%010d" % i
-        with open(ctx.path("kitti", "2011_09_26_drive_0001_sync_02", frame + ".jpg"), "wb") as out:
-            out.write(jpeg_bytes(HEIGHT, 3 * WIDTH, seed=i))
-        write_text(ctx.path("kitti", "2011_09_26_drive_0001_sync_02", frame + "_cam.txt"),
-                   "120.0,0.0,96.0,0.0,120.0,32.0,0.0,0.0,1.0\n")
-        lines.append("2011_09_26_drive_0001_sync_02 %s" % frame)
-    write_text(root + "train.txt", "\n".join(lines) + "\n")
+    root = frame_sequence_dump(ctx, "kitti", "2011_09_26_drive_0001_sync_02", HEIGHT, WIDTH,
+                               FRAMES, "120.0,0.0,96.0,0.0,120.0,32.0,0.0,0.0,1.0")
     config = {  # YAML is a superset of JSON
         "dataset": {"root_dir": root, "image_height": HEIGHT, "image_width": WIDTH,
                     "min_depth": 0.1, "max_depth": 100.0, "preprocess": True},

@@ -9,16 +9,11 @@ epochs_ctrl`` (step counts images): ``--train_kimg=1 --epochs_ctrl=896`` stops a
 images, 2 steps."""
 import os
 
-from ascend_recipes import png_bytes, tf_example, write_tfrecord
+from ascend_recipes import png_label_records as _records, write_tfrecord
 
 MODEL_DIR = "TensorFlow/contrib/cv/realmix_ID1248_for_TensorFlow"
 ENTRY = "realmix.py"
 CWD = "work"
-
-
-def _records(count, seed):
-    return [tf_example({"image": [png_bytes(32, 32, 3, seed=seed + i)],
-                        "label": [(seed + i) % 10]}) for i in range(count)]
 
 
 def prepare(ctx):
