@@ -20,6 +20,30 @@ def pytest_configure(config):
         config.pluginmanager.register(pytest_plugin, "npu_loss_scale")
 
 
+def _drop_modules(*tops):
+    import sys  # pylint: disable=import-outside-toplevel
+    for name in list(sys.modules):
+        if name.split(".", 1)[0] in tops:
+            del sys.modules[name]
+
+
+@pytest.fixture
+def npu_shim(monkeypatch):
+    """The emulate runner's npu_bridge/hccl/npu_device shim on sys.path for one test (a one-rank
+    environment), removed afterwards with the session and loop hooks it may install."""
+    from npu_loss_scale import emulate  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.ascend import loops, precision  # pylint: disable=import-outside-toplevel
+    monkeypatch.delenv("RANK_SIZE", raising=False)
+    monkeypatch.delenv("RANK_ID", raising=False)
+    _drop_modules("npu_bridge", "hccl", "npu_device")
+    assert emulate.install_shim()
+    yield
+    emulate.uninstall_shim()
+    _drop_modules("npu_bridge", "hccl", "npu_device")
+    precision.uninstall_session_hook()
+    loops.uninstall_run_hook()
+
+
 @pytest.fixture
 def graph():
     """A fresh tf.Graph made default for the test."""

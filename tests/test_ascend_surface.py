@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import detection, emulate, emulation
-from npu_loss_scale.ascend import loops, precision
+from npu_loss_scale import detection, emulation
+from npu_loss_scale.ascend import precision
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SESSION_SCRIPT = os.path.join(HERE, "scripts", "ascend_session_mix_precision.py")
@@ -28,23 +28,9 @@ needs_estimator = pytest.mark.skipif(not _estimator_available(),
                                      reason="TensorFlow's estimator is absent (removed after 2.15)")
 
 
-def _drop_modules(*tops):
-    for name in list(sys.modules):
-        if name.split(".", 1)[0] in tops:
-            del sys.modules[name]
-
-
 @pytest.fixture
-def shim(monkeypatch):
-    monkeypatch.delenv("RANK_SIZE", raising=False)
-    monkeypatch.delenv("RANK_ID", raising=False)
-    _drop_modules("npu_bridge", "hccl", "npu_device")
-    assert emulate.install_shim()
+def shim(npu_shim):  # pylint: disable=unused-argument,redefined-outer-name
     yield
-    emulate.uninstall_shim()
-    _drop_modules("npu_bridge", "hccl", "npu_device")
-    precision.uninstall_session_hook()
-    loops.uninstall_run_hook()
 
 
 def _star(module, preset=None):

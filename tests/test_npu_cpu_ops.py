@@ -1,29 +1,14 @@
 """``npu_bridge.npu_cpu.npu_cpu_ops`` of the emulate shim: RandomChoiceWithMask on CPU, used as a
 detection script's anchor sampler uses it (fixed fg/bg counts out of bool masks, in a graph)."""
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import emulate
-
-
-def _drop_modules(*tops):
-    for name in list(sys.modules):
-        if name.split(".", 1)[0] in tops:
-            del sys.modules[name]
-
 
 @pytest.fixture
-def ops(monkeypatch):
-    monkeypatch.delenv("RANK_SIZE", raising=False)
-    _drop_modules("npu_bridge", "hccl", "npu_device")
-    assert emulate.install_shim()
+def ops(npu_shim):  # pylint: disable=unused-argument
     from npu_bridge.npu_cpu import npu_cpu_ops  # pylint: disable=import-outside-toplevel
     yield npu_cpu_ops
-    emulate.uninstall_shim()
-    _drop_modules("npu_bridge", "hccl", "npu_device")
 
 
 def _run(*fetches):

@@ -1,31 +1,14 @@
 """``npu_bridge.estimator.npu.npu_hook.SetIterationsVarHook``: iterations_per_loop for a
 training loop the script drives itself (a plain Estimator, a MonitoredTrainingSession)."""
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import emulate
-from npu_loss_scale.ascend import loops
-
-
-def _drop_modules(*tops):
-    for name in list(sys.modules):
-        if name.split(".", 1)[0] in tops:
-            del sys.modules[name]
-
 
 @pytest.fixture
-def npu_hook(monkeypatch):
-    monkeypatch.delenv("RANK_SIZE", raising=False)
-    _drop_modules("npu_bridge", "hccl", "npu_device")
-    assert emulate.install_shim()
+def npu_hook(npu_shim):  # pylint: disable=unused-argument
     from npu_bridge.estimator.npu import npu_hook as module  # pylint: disable=import-outside-toplevel
     yield module
-    emulate.uninstall_shim()
-    _drop_modules("npu_bridge", "hccl", "npu_device")
-    loops.uninstall_run_hook()
 
 
 class _Calls(tf.compat.v1.train.SessionRunHook):
