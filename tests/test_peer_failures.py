@@ -136,3 +136,29 @@ class TestHorovod:
     def test_a_rank_that_starts_late_within_the_timeout_is_waited_for(self, tmp_path):
         result = _run(tmp_path, "horovod", 2, "late")
         assert all(info["done"] for info in result["ranks"])
+
+
+def test_check_names_a_tensorflow_crash_and_still_fails_a_silent_rank():
+    """check() on made-up results (no processes): a survivor killed by SIGSEGV during a stall's
+    abort counts as TensorFlow's crash only while another survivor raised the AgreementError;
+    a survivor that stopped with neither an error nor a crash signal is a problem."""
+    message = ("npu_loss_scale agreement 'collective' (TF CollectiveReduceV2 over 4 processes) "
+               "failed ...: not every rank took part within the timeout of 6 s")
+
+    def result(codes, errors):
+        ranks = [{"records": [], "done": False,
+                  "error": {"type": "AgreementError", "message": message, "at": 106.0}
+                  if errors[r] else None} for r in range(4)]
+        return {"backend": "collective", "n": 4, "fault": "stall", "timeout": 6.0,
+                "fault_rank": 1, "fault_step": 3, "steps": 6, "returncodes": codes,
+                "hung": [], "fault_at": 100.0, "ranks": ranks, "output": ""}
+
+    crashed = result([3, 3, -11, 3], [True, True, False, True])
+    assert peer_failures.check(crashed) == [] and crashed["tf_crashes"] == [2]
+    alone = result([3, 3, -11, -11], [False, True, False, False])   # only the stalled rank
+    assert peer_failures.check(alone) == [
+        "rank 0 stopped without a clear error",
+        "rank 2 stopped without a clear error (killed by signal 11)",
+        "rank 3 stopped without a clear error (killed by signal 11)"]
+    silent = result([3, 3, 0, 3], [True, True, False, True])
+    assert peer_failures.check(silent) == ["rank 2 stopped without a clear error"]
