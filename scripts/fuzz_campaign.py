@@ -806,6 +806,15 @@ class _EagerV1Runner(_Runner):
     """A case stepped eagerly (or through a tf.function) with a tf.compat.v1.train optimizer
     (``_v1_inner()``) and a ``global_step`` variable advanced on applied steps."""
 
+    def __init__(self, nls, case, tally, verbose):
+        super().__init__(nls, case, tally, verbose)
+        nls.emulation.npu_clear_float_status_v2()
+        dense0, emb0 = initial_values(case)
+        self.dense = [tf.Variable(v, name="d%d" % i) for i, v in enumerate(dense0)]
+        self.emb = tf.Variable(emb0, name="emb") if emb0 is not None else None
+        self.variables = self.dense + ([self.emb] if self.emb is not None else [])
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+
     def _v1_inner(self):
         raise NotImplementedError
 
@@ -840,12 +849,7 @@ class NpuFunctionRunner(_EagerV1Runner):
 
     def __init__(self, nls, case, tally, verbose):
         super().__init__(nls, case, tally, verbose)
-        nls.emulation.npu_clear_float_status_v2()
-        dense0, emb0 = initial_values(case)
-        self.dense = [tf.Variable(v, name="d%d" % i) for i, v in enumerate(dense0)]
-        self.emb = tf.Variable(emb0, name="emb") if emb0 is not None else None
-        variables = self.dense + ([self.emb] if self.emb is not None else [])
-        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        variables = self.variables
         self.manager = _make_manager(nls, case["rule"])
         self.opt = nls.NPULossScaleOptimizer(_v1_optimizer(case), self.manager,
                                              accumulation_steps=case["accumulation"])
@@ -862,7 +866,6 @@ class NpuFunctionRunner(_EagerV1Runner):
             opt.apply_gradients(gvs, global_step=self.global_step)
 
         self.step = step
-        self.variables = variables
 
     def _v1_inner(self):
         return self.opt.inner_optimizer
@@ -886,12 +889,6 @@ class GradScalerRunner(_EagerV1Runner):
 
     def __init__(self, nls, case, tally, verbose):
         super().__init__(nls, case, tally, verbose)
-        nls.emulation.npu_clear_float_status_v2()
-        dense0, emb0 = initial_values(case)
-        self.dense = [tf.Variable(v, name="d%d" % i) for i, v in enumerate(dense0)]
-        self.emb = tf.Variable(emb0, name="emb") if emb0 is not None else None
-        self.variables = self.dense + ([self.emb] if self.emb is not None else [])
-        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         rule = case["rule"]
         self.scaler = nls.GradScaler(rule["init"], rule["growth_factor"], rule["backoff_factor"],
                                      rule["growth_interval"], backend="emulation")
