@@ -21,7 +21,9 @@ Options (before the script):
 ``--precision-mode MODE``
     The device's ``precision_mode`` for sessions whose config sets none (a config's
     ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is always
-    honoured); see :mod:`npu_loss_scale.ascend.precision`.
+    honoured); without ``--tf1`` also for TF2 code: every eligible op the script builds in a
+    ``tf.function`` or Keras model, or runs eagerly (as ``npu_device.global_options()`` does);
+    see :mod:`npu_loss_scale.ascend.precision`.
 ``--report FILE``
     At exit, write to FILE a JSON summary of the shim's ``NPULossScaleOptimizer``s: how many
     were built, how many train ops they built and how many steps those applied and skipped (it
@@ -189,9 +191,9 @@ def _parse(argv):
                              "tensorflow.compat.v1 with v2 behaviour off (see "
                              "npu_loss_scale.ascend.tf1)")
     parser.add_argument("--precision-mode", default=None,
-                        help="precision_mode for sessions whose config sets none (the device's "
-                             "training default is allow_fp32_to_fp16; default here: none, "
-                             "float32 as written)")
+                        help="precision_mode for sessions whose config sets none and, "
+                             "without --tf1, for TF2 code (the device's training default is "
+                             "allow_fp32_to_fp16; default here: none, float32 as written)")
     parser.add_argument("--overflow-report", default=None, metavar="FILE",
                         help="write a JSON-lines overflow localisation report to FILE")
     parser.add_argument("--advise", default=None, metavar="FILE",
@@ -281,6 +283,8 @@ def main(argv=None):
         from .ascend import precision  # imports TensorFlow  pylint: disable=import-outside-toplevel
         precision.set_default_precision_mode(args.precision_mode)
         precision.install_session_hook()
+        if args.precision_mode is not None and not args.tf1:
+            precision.install_op_precision(args.precision_mode)
         from .ascend import ranks  # pylint: disable=import-outside-toplevel
         ranks.join()  # a rank of `--ranks N`: sessions run on this task's server
 

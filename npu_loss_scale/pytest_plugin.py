@@ -11,8 +11,8 @@ Fixtures:
     An emulated Ascend device for one test (:class:`NPUDevice`): the emulated float-status
     register starts empty, the overflow mode is saturation (the Atlas-training default) or the
     one asked for, the ``emulation`` detection backend is selected, and on request every float16
-    op is saturated or a ``precision_mode`` is applied to the sessions the test creates. All of
-    it is undone when the test ends. Choose per test with the marker::
+    op is saturated or a ``precision_mode`` is applied (to the sessions and the TF2 ops of the
+    test). All of it is undone when the test ends. Choose per test with the marker::
 
         @pytest.mark.npu_device(sat_mode="inf_nan", saturate_every_op=True)
 
@@ -99,7 +99,8 @@ class NPUDevice:
       dtypes built is saturated (:func:`npu_loss_scale.saturation.saturate_every_op`). With the
       marker's ``saturate_every_op=True`` it is on for the whole test.
     * ``precision_mode``: the ``precision_mode`` applied to sessions whose config names none
-      (:mod:`npu_loss_scale.ascend.precision`), None for float32 as written.
+      and to TF2 ops built or run eagerly while it is set (:mod:`npu_loss_scale.ascend.precision`),
+      None for float32 as written.
     * ``status(session=None)``: the eight words of the emulated register (0 = nothing since the
       last clear), read in ``session`` (TF1 graph) or eagerly; ``clear(session=None)`` clears it.
     * ``run_script(path, *args)``, ``load_script(path)``: an Ascend script in this process.
@@ -173,6 +174,10 @@ class NPUDevice:
             precision.check_precision_mode(mode)
         self._ensure_precision_hook()
         precision.set_default_precision_mode(mode)
+        if mode is None:
+            precision.uninstall_op_precision()
+        else:
+            precision.install_op_precision(mode)   # TF2 code: eager ops and tf.function graphs
         self._precision_mode = mode
 
     def _ensure_precision_hook(self):
@@ -188,6 +193,9 @@ class NPUDevice:
         self._hook_installed = True
         self._stack.callback(precision.set_default_precision_mode,
                              precision._default_mode[0])  # pylint: disable=protected-access
+        previous = precision.op_precision_mode()
+        self._stack.callback(lambda: precision.install_op_precision(previous)
+                             if previous is not None else precision.uninstall_op_precision())
         if not precision._patched:  # pylint: disable=protected-access
             precision.install_session_hook()
             self._stack.callback(precision.uninstall_session_hook)

@@ -41,6 +41,8 @@ def npu_shim(monkeypatch):
     emulate.uninstall_shim()
     _drop_modules("npu_bridge", "hccl", "npu_device")
     precision.uninstall_session_hook()
+    precision.uninstall_op_precision()
+    precision.set_default_precision_mode(None)
     loops.uninstall_run_hook()
 
 

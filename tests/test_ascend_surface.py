@@ -386,16 +386,14 @@ def test_npu_device_options_are_validated_recorded_and_open_applies_precision(sh
         options.precison_mode = "force_fp16"
     with pytest.raises(ValueError, match="precision_mode must be one of"):
         options.precision_mode = "fp8"
-    assert tf.executing_eagerly()  # TF2 code: a casting mode is not emulated, and says so
-    with pytest.raises(ImportError, match=r"precision_mode='allow_mix_precision' for TF2 eager, "
-                                          r"tf.function and Keras code is not emulated"):
-        npu_device.open()
-    assert npu_device.global_npu_ctx() is None
-    options.precision_mode = "force_fp32"     # changes no dtype: runs as written
+    assert tf.executing_eagerly()  # TF2 code: open() applies the mode to the ops run from now on
+    x, w = tf.constant([[300.0, 1.0]]), tf.constant([[300.0], [1.0]])
+    assert tf.matmul(x, w).numpy()[0, 0] == 90001.0          # float32 before open()
     device = npu_device.open().as_default()
     assert npu_device.global_npu_ctx() is device
-    assert precision._default_mode[0] == "force_fp32"  # pylint: disable=protected-access
-    precision.set_default_precision_mode(None)
+    assert tf.matmul(x, w).numpy()[0, 0] == 65504.0          # float16, saturated
+    assert precision.op_precision_mode() == "allow_mix_precision"
+    assert precision._default_mode[0] == "allow_mix_precision"  # pylint: disable=protected-access
     dataset = tf.data.Dataset.range(4)
     assert npu_device.distribute.shard_and_rebatch_dataset(dataset, 8) == (dataset, 8)
     assert npu_device.distribute.all_reduce([tf.constant(2.0)], "mean")[0].numpy() == 2.0

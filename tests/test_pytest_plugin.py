@@ -156,6 +156,9 @@ DEVICE_TESTS = """
             with tf.compat.v1.Session() as sess:
                 assert sess.run(y).tolist() == [[F16_MAX]]
                 assert npu_device.status(sess)[0] == 1
+        eager = tf.matmul(tf.constant([[300.0]]), tf.constant([[300.0]]))
+        traced = tf.function(lambda: tf.matmul(tf.constant([[300.0]]), tf.constant([[300.0]])))()
+        assert eager.numpy().tolist() == traced.numpy().tolist() == [[F16_MAX]]
 
 
     def test_without_precision_mode_float32_stays_float32(npu_device):
@@ -163,6 +166,7 @@ DEVICE_TESTS = """
             y = tf.identity(tf.matmul(tf.constant([[300.0]]), tf.constant([[300.0]])))
             with tf.compat.v1.Session() as sess:
                 assert sess.run(y).tolist() == [[90000.0]]
+        assert tf.matmul(tf.constant([[300.0]]), tf.constant([[300.0]])).numpy()[0, 0] == 90000.0
 """
 
 

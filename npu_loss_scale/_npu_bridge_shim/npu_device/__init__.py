@@ -2,17 +2,16 @@
 
 Provided: ``open(device_id=None).as_default()`` (the emulated device; nothing to place on),
 ``global_options()`` (every option scripts set, nested ``dump_config``/``profiling_config``/
-``experimental.multi_branches_config`` included: validated and recorded; ``precision_mode`` is
-applied to TF1-style sessions through :mod:`npu_loss_scale.ascend.precision`; for TF2 eager /
-``tf.function`` / Keras code a mode that casts is *not emulated*: ``open()`` raises
-:class:`NotEmulatedError` saying so rather than running float32), ``compat.enable_v1()``,
+``experimental.multi_branches_config`` included: validated and recorded; ``open()`` applies
+``precision_mode`` through :mod:`npu_loss_scale.ascend.precision`: for TF2 code to every eligible
+op built (``tf.function``, Keras ``fit``) or run eagerly after it, in float16 with saturation;
+after ``compat.enable_v1()`` to the ``tf.compat.v1`` sessions), ``compat.enable_v1()``,
 ``compat.v1.npu_init`` (the npu_bridge one), ``distribute.all_reduce/broadcast/
 shard_and_rebatch_dataset/npu_distributed_keras_optimizer_wrapper`` at one rank (the identity, as
 the device computes it), ``train.optimizer.NpuLossScaleOptimizer`` (the package's Keras
 loss-scale optimizer, :mod:`npu_loss_scale.keras`). Not emulated (an error names them):
 ``gen_npu_ops``, ``ops``.
 """
-from npu_bridge._shim import NotEmulatedError
 from npu_bridge._shim import module_getattr as _module_getattr
 
 __npu_loss_scale_shim__ = True
@@ -69,7 +68,6 @@ def _make_options():
 
 
 _options = []
-AS_WRITTEN_MODES = ("force_fp32", "must_keep_origin_dtype")  # modes that change no op's dtype
 
 
 def global_options():
@@ -102,15 +100,10 @@ def open(device_id=None):  # pylint: disable=redefined-builtin
     mode = global_options().precision_mode
     if mode is not None:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        if mode not in AS_WRITTEN_MODES and tf.compat.v1.executing_eagerly_outside_functions():
-            raise NotEmulatedError(
-                "npu_device: precision_mode=%r for TF2 eager, tf.function and Keras code is not "
-                "emulated on CPU by npu_loss_scale: the ops would run in float32 instead of the "
-                "device's float16, and the loss scaler would never see an overflow. Use "
-                "npu_device.compat.enable_v1() before open() (tf.compat.v1 sessions get the "
-                "mode), set precision_mode to one of %s, or cast in the model itself "
-                "(tf.keras.mixed_precision)" % (mode, ", ".join(AS_WRITTEN_MODES)),
-                name="npu_device")
+        if tf.compat.v1.executing_eagerly_outside_functions():
+            # TF2 code: every eligible op built (tf.function, Keras) or run eagerly from now on
+            precision.install_op_precision(mode)
+        # tf.compat.v1 sessions (all of them after compat.enable_v1()) get the mode too
         precision.set_default_precision_mode(mode)
         precision.install_session_hook()
     if not _device:
