@@ -248,7 +248,8 @@ def test_keras_script_with_mix_precision_in_npu_device_options_exercises_the_los
     """A float32 Keras model: in float32 a scale of 2**20 never overflows; with the device's
     allow_mix_precision the backward matmuls overflow float16 until the scale is small enough,
     each overflow skips its step and halves the scale."""
-    mixed = _emulate([SCRIPT, "allow_mix_precision"], str(tmp_path))
+    report = tmp_path / "report.json"
+    mixed = _emulate(["--report", str(report), SCRIPT, "allow_mix_precision"], str(tmp_path))
     fp32 = _emulate([SCRIPT, "force_fp32"], str(tmp_path))
     assert all(e["finite"] and e["weights_moved"] and e["scale_before"] == 2.0 ** 20
                for e in fp32) and len(fp32) == 8
@@ -259,6 +260,10 @@ def test_keras_script_with_mix_precision_in_npu_device_options_exercises_the_los
     for before, after, event in zip(scales, scales[1:], mixed):
         assert after == (before / 2 if not event["finite"] else before)
     assert mixed[-1]["finite"] and mixed[-1]["weights_moved"]
+    # the emulate report counts the Keras optimizer's steps as it counts npu_bridge's
+    counts = json.loads(report.read_text())
+    assert (counts["optimizers_built"], counts["steps_applied"], counts["steps_skipped"]) == (
+        1, len(mixed) - len(skipped), len(skipped))
 
 
 def test_emulate_precision_mode_applies_to_a_tf2_script_without_npu_device(tmp_path):
