@@ -282,7 +282,9 @@ def main(argv=None):
         precision.set_default_precision_mode(args.precision_mode)
         precision.install_session_hook()
         from .ascend import ranks  # pylint: disable=import-outside-toplevel
-        ranks.join()  # a rank of `--ranks N`: sessions run on this task's server
+        # a rank of `--ranks N`: sessions run on this task's server; in TF2 mode that is the
+        # eager context's, which joins before the script can create a variable
+        ranks.join(eager=not args.tf1)
 
     from .ascend import tf1  # pylint: disable=import-outside-toplevel
     if args.tf1:
