@@ -80,12 +80,17 @@ def global_options():
 
 
 class _Device:
-    """The emulated NPU of this process."""
+    """The emulated NPU of this process: ``workers_num`` ranks (RANK_SIZE), this one
+    ``worker_id`` (RANK_ID); several in a rank of ``--ranks N`` (see :mod:`npu_device._cluster`)."""
 
-    def __init__(self, device_id):
+    def __init__(self, device_id, workers_num=1, worker_id=0):
         self.device_id = device_id
-        self.workers_num = 1
-        self.worker_id = 0
+        self.workers_num = workers_num
+        self.worker_id = worker_id
+
+    def is_cluster_worker(self):
+        """Whether this device is one of several ranks (its collectives reach the others)."""
+        return self.workers_num > 1 and 0 <= self.worker_id < self.workers_num
 
     def as_default(self):
         return self
@@ -96,9 +101,9 @@ _device = []
 
 def open(device_id=None):  # pylint: disable=redefined-builtin
     """Opens the emulated device and applies the options set so far (see the package docstring)."""
-    from npu_bridge import _ranks  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.ascend import precision  # pylint: disable=import-outside-toplevel
-    _ranks.require_single_rank("npu_device.open")
+    from npu_device import _cluster  # pylint: disable=import-outside-toplevel
+    workers_num, worker_id = _cluster.join("npu_device.open")
     mode = global_options().precision_mode
     if mode is not None:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -114,7 +119,7 @@ def open(device_id=None):  # pylint: disable=redefined-builtin
         precision.set_default_precision_mode(mode)
         precision.install_session_hook()
     if not _device:
-        _device.append(_Device(device_id))
+        _device.append(_Device(device_id, workers_num, worker_id))
     return _device[0]
 
 
