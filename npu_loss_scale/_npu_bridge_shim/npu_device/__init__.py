@@ -7,10 +7,11 @@ applied to TF1-style sessions through :mod:`npu_loss_scale.ascend.precision`; fo
 ``tf.function`` / Keras code a mode that casts is *not emulated*: ``open()`` raises
 :class:`NotEmulatedError` saying so rather than running float32), ``compat.enable_v1()``,
 ``compat.v1.npu_init`` (the npu_bridge one), ``distribute.all_reduce/broadcast/
-shard_and_rebatch_dataset/npu_distributed_keras_optimizer_wrapper`` at one rank (the identity, as
-the device computes it), ``train.optimizer.NpuLossScaleOptimizer`` (the package's Keras
-loss-scale optimizer, :mod:`npu_loss_scale.keras`). Not emulated (an error names them):
-``gen_npu_ops``, ``ops``.
+shard_and_rebatch_dataset/npu_distributed_keras_optimizer_wrapper`` (the identity at one rank, as
+the device computes it; TF collectives across the processes of ``emulate --ranks N``, whose
+``open()`` reports ``workers_num``/``worker_id``), ``train.optimizer.NpuLossScaleOptimizer`` (the
+package's Keras loss-scale optimizer, :mod:`npu_loss_scale.keras`, agreeing on overflow across
+the ranks). Not emulated (an error names them): ``gen_npu_ops``, ``ops``.
 """
 from npu_bridge._shim import NotEmulatedError
 from npu_bridge._shim import module_getattr as _module_getattr
