@@ -13,19 +13,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import detection, emulation
+from npu_loss_scale import agreement, detection, emulation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_two_rank.py")
 RANKS = (0, 1)
 
 
-def _launch(args, tmp_path, expect_ok=True):
+def _launch(args, tmp_path, expect_ok=True, collective_timeout="120"):
     env = dict(os.environ)
-    for name in (detection.ENV_VAR, emulation.MODE_ENV_VAR, "RANK_SIZE", "RANK_ID", "TF_CONFIG"):
+    for name in (detection.ENV_VAR, emulation.MODE_ENV_VAR, "RANK_SIZE", "RANK_ID", "TF_CONFIG",
+                 agreement.TIMEOUT_ENV_VAR):
         env.pop(name, None)
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    env["NPU_LOSS_SCALE_AGREEMENT_TIMEOUT"] = "120"
+    if collective_timeout is not None:  # a wrong implementation fails instead of hanging
+        env[agreement.TIMEOUT_ENV_VAR] = collective_timeout
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate"] + args, env=env,
                             cwd=str(tmp_path), capture_output=True, text=True, timeout=240,
@@ -84,6 +86,11 @@ def test_two_ranks_exchange_through_every_npu_device_distribute_call(tmp_path):
     for rank, found in _by_rank(events, "function").items():
         # each call's own values: (call + 0) + (call + 1), and ones * (1 + 2)
         assert [e["values"] for e in found] == [[2.0 * c + 1, [[3.0] * 2] * 2] for c in range(3)]
+    for rank, many in _one(events, "many_runs").items():
+        assert many["values"] == [3.0 * c for c in range(100)]     # c * 1 + c * 2
+        assert many["eager"] == [2.0 * c for c in range(100)]      # max(c * 1, c * 2)
+    for rank, unknown in _one(events, "unknown_shape").items():
+        assert unknown["values"] == [[3.0] * 2, [3.0] * 3]         # shapes known when they run
     for rank, nested in _one(events, "nested").items():
         # inner: a_0 + a_1 = 1 + 2 = 3; then the mean over the ranks of 3 + 1
         assert nested["value"] == 4.0
@@ -173,12 +180,13 @@ def test_loss_scale_optimizer_ranks_skip_together_when_one_rank_overflows(tmp_pa
 
 @pytest.mark.distributed
 def test_a_failing_rank_stops_the_rank_waiting_in_a_collective(tmp_path):
+    """The TF2 collectives run without a timeout by default: rank 0 would wait for ever."""
     _, result, seconds = _launch(["--ranks", "2", SCRIPT, "--phases", "fail"], tmp_path,
-                                 expect_ok=False)
+                                 expect_ok=False, collective_timeout=None)
     assert result.returncode == 1
     assert "RuntimeError: rank 1 fails on purpose" in result.stderr
     assert '"not_reached"' not in result.stdout
-    assert seconds < 100  # the collective's timeout is 120 s: rank 0 was stopped, not timed out
+    assert seconds < 100
 
 
 # -- one process -------------------------------------------------------------------------------------

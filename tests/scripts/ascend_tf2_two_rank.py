@@ -96,6 +96,16 @@ def collectives(device):
         got = reduce_in_function(tf.constant(float(call + r)), tf.ones([2, 2]) * (r + 1))
         emit(event="function", call=call, values=listed(got))
     emit(event="nested", value=float(outer(tf.constant(float(r + 1)))))
+    # more runs than the instance keys of one signature (they are reused in turn)
+    emit(event="many_runs", values=[float(reduce_in_function(tf.constant(float(c * (r + 1))),
+                                                             tf.zeros([2, 2]))[0])
+                                    for c in range(100)],
+         eager=[float(npu.distribute.all_reduce(tf.constant(float(c * (r + 1))), "max"))
+                for c in range(100)])
+    unknown = tf.function(lambda a: npu.distribute.all_reduce(a, "sum"),
+                          input_signature=[tf.TensorSpec([None], tf.float32)])
+    emit(event="unknown_shape", values=[unknown(tf.ones([n]) * (r + 1)).numpy().tolist()
+                                        for n in (2, 3)])
 
     weights = tf.Variable([1.0 + r, -2.0 - r])
     step = tf.Variable(10 * (r + 1), dtype=tf.int64)
