@@ -189,6 +189,14 @@ def test_a_failing_rank_stops_the_rank_waiting_in_a_collective(tmp_path):
     assert seconds < 100
 
 
+@pytest.mark.distributed
+def test_tf1_graphs_of_npu_device_scripts_exchange_through_their_sessions(tmp_path):
+    events, _, _ = _launch(["--ranks", "2", SCRIPT, "--phases", "tf1"], tmp_path)
+    for rank, got in _one(events, "tf1").items():
+        assert got["mean"] == [[1.5, 3.0], 4.5]          # ([1, 2] + [2, 4]) / 2, (3 + 6) / 2
+        assert got["weights"] == [1.0, 6.0]              # rank 1's
+
+
 # -- one process -------------------------------------------------------------------------------------
 def test_one_rank_is_the_identity_and_the_optimizer_decides_alone(npu_shim):  # pylint: disable=unused-argument
     import npu_device as npu  # pylint: disable=import-outside-toplevel

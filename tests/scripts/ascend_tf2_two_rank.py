@@ -25,6 +25,8 @@ Phases (``--phases a,b``):
   (``eager``; no saturation there, rank 1's float16 values overflow to inf), and ``loop`` with
   the agreement turned off (``unagreed``, the control: there the ranks must part).
 * ``fail``: rank 1 raises after ``open()`` while rank 0 waits in an all_reduce.
+* ``tf1``: ``npu_device.compat.enable_v1()`` before ``open()``: all_reduce and broadcast built
+  into a TF1 graph and run by a session.
 """
 import argparse
 import json
@@ -201,6 +203,19 @@ def lso(device):
                  weights=[w.ravel().tolist() for w in model.get_weights()])
 
 
+def tf1(device):
+    r = device.worker_id
+    mean = npu.distribute.all_reduce([tf.constant([1.0, 2.0]) * (r + 1), tf.constant(3) * (r + 1)],
+                                     "mean")
+    weights = tf.compat.v1.Variable([float(r), 5.0 + r])
+    assign = npu.distribute.broadcast(weights, root_rank=1)
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        got = sess.run(mean)
+        sess.run(assign)
+        emit(event="tf1", mean=listed(got), weights=sess.run(weights).tolist())
+
+
 def fail(device):
     if device.worker_id == 1:
         raise RuntimeError("rank 1 fails on purpose")
@@ -214,6 +229,8 @@ def main():
     phases = parser.parse_args().phases.split(",")
     if "collectives" in phases:
         before_open()
+    if "tf1" in phases:
+        npu.compat.enable_v1()
     npu.global_options().hcom_parallel = True
     device = npu.open().as_default()
     emit(event="opened", global_ctx=npu.global_npu_ctx() is device)
