@@ -24,23 +24,23 @@ def _keras3():
     return hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 
 
-def keras_optimizer(optimizer):
-    """``optimizer`` as Keras resolves it (an instance, a name such as ``"adam"``, a config)."""
+def keras_optimizer(optimizer, what="npu_distributed_keras_optimizer_wrapper"):
+    """``optimizer`` as Keras resolves it (an instance, a name such as ``"adam"``, a config);
+    ``what`` names the caller in errors."""
     try:
         resolved = tf.keras.optimizers.get(optimizer)
     except (ValueError, TypeError) as err:
-        raise TypeError("npu_distributed_keras_optimizer_wrapper: optimizer must be a Keras "
-                        "optimizer, or a name or config tf.keras.optimizers.get accepts (for "
-                        "example tf.keras.optimizers.Adam() or 'adam'); got %r (type %s)"
-                        % (optimizer, type(optimizer).__name__)) from err
+        raise TypeError("%s: optimizer must be a Keras optimizer, or a name or config "
+                        "tf.keras.optimizers.get accepts (for example tf.keras.optimizers.Adam() "
+                        "or 'adam'); got %r (type %s)"
+                        % (what, optimizer, type(optimizer).__name__)) from err
     if _keras3():
         ok = callable(getattr(resolved, "apply", None))
     else:
         ok = callable(getattr(resolved, "apply_gradients", None))
     if not ok:
-        raise TypeError("npu_distributed_keras_optimizer_wrapper: optimizer must be a Keras "
-                        "optimizer; %r resolved to %r (type %s)"
-                        % (optimizer, resolved, type(resolved).__name__))
+        raise TypeError("%s: optimizer must be a Keras optimizer; %r resolved to %r (type %s)"
+                        % (what, optimizer, resolved, type(resolved).__name__))
     return resolved
 
 
