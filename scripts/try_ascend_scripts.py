@@ -235,7 +235,9 @@ def generic_arguments(script, data_dir, out_dir):
 
 
 # -- running ------------------------------------------------------------------------------------
-_ERROR_LINE_RE = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|NotFound\w*|Interrupt)\b.*"
+# an exception line: ``[module.]Name: message`` where Name ends as exception names do, bare
+# ``Exception: ...`` included (Keras raises one when a weights download fails)
+_ERROR_LINE_RE = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception|Exit|NotFound\w*|Interrupt)\b.*"
                             r"|[\w.]+Error)$")
 
 
@@ -265,7 +267,8 @@ _CATEGORIES = (  # (category, pattern on the first barrier), first match wins
                                      r"must have a value other than None|KeyError|No such file|"
                                      r"Unable to load|IllegalFlagValue|UnrecognizedFlag|"
                                      r"error: the following arguments are required|"
-                                     r"OutOfRangeError|IndexError|exit code 2")),
+                                     r"OutOfRangeError|IndexError|exit code 2|"
+                                     r"URL fetch failure")),
     ("timeout", re.compile(r"^timeout")),
 )
 

@@ -125,6 +125,15 @@ def test_entry_scripts_and_generic_arguments_are_chosen_from_the_scripts_own_def
     assert mod.first_barrier("x\nTraceback (most recent call last):\n  File \"a\", line 1\n"
                              "    import foo\nModuleNotFoundError: No module named 'foo'\n", 1) \
         == "ModuleNotFoundError: No module named 'foo'"
+    fetch = ("Exception: URL fetch failure on https://example.org/w_notop.h5: None -- [Errno -2] "
+             "Name or service not known")
+    barrier = mod.first_barrier(
+        "Traceback (most recent call last):\n  File \"a\", line 1\nurllib.error.URLError: "
+        "<urlopen error [Errno -2]>\n\nDuring handling of the above exception, another "
+        "exception occurred:\n\nTraceback (most recent call last):\n  File \"b\", line 2\n"
+        + fetch + "\n", 1)
+    assert barrier == fetch
+    assert mod.barrier_category({"outcome": "failed", "barrier": barrier}) == "data or arguments"
     data = mod.make_synthetic_data(str(tmp_path / "data"), records=3)
     import gzip  # pylint: disable=import-outside-toplevel
     with gzip.open(os.path.join(data, "train-images-idx3-ubyte.gz")) as handle:
