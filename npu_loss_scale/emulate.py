@@ -46,8 +46,9 @@ Options (before the script):
     ``Graph._last_id``, which copies of the adapter's ``npu_ops.py`` read
     (:func:`npu_loss_scale.ascend.tf1.add_graph_last_id`).
 
-When no real ``npu_bridge`` is importable, the folder of the CPU shim (package
-``npu_bridge``, and ``hccl`` for its rank helpers) is appended to the *end* of ``sys.path``, so
+When no real ``npu_bridge`` is importable, the folder of the CPU shim (packages ``npu_bridge``,
+``hccl``, ``npu_device``, and ``moxing``, ModelArts' file library on local paths) is appended to
+the *end* of ``sys.path``, so
 
     from npu_bridge.npu_init import *
     from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer
@@ -70,7 +71,7 @@ import runpy
 import sys
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_npu_bridge_shim")
-SHIM_PACKAGES = ("npu_bridge", "hccl", "npu_device")
+SHIM_PACKAGES = ("npu_bridge", "hccl", "npu_device", "moxing")
 _PROG = "python -m npu_loss_scale.emulate"
 
 
@@ -140,6 +141,9 @@ def uninstall_shim():
     for name in list(sys.modules):
         top = name.split(".", 1)[0]
         if top in SHIM_PACKAGES and _is_shim_module(sys.modules.get(top)):
+            undo = getattr(sys.modules[name], "__npu_loss_scale_uninstall__", None)
+            if callable(undo):  # e.g. moxing.file.shift('os', 'mox') patched os functions
+                undo()
             del sys.modules[name]
 
 

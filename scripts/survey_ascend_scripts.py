@@ -14,7 +14,8 @@ ModelZoo-TensorFlow (nothing of it belongs in this repository). The survey
    nearest folder named as ModelZoo names models (``..._ID1234_...`` or ``..._for_TensorFlow``),
    else the nearest folder with a README/LICENSE/requirements file, else the file's own folder;
 3. parses every ``.py`` file of those model directories (no code is run) and collects each
-   npu_bridge / npu_device / hccl name it imports or uses: ``from npu_bridge.x import y``,
+   npu_bridge / npu_device / hccl / moxing name it imports or uses (moxing, ModelArts' file
+   library, is part of the shim too): ``from npu_bridge.x import y``,
    attribute chains on imported npu modules (``npu_ops.dropout``), and the free names a file takes
    from a star import (``from npu_bridge.npu_init import *`` followed by ``NPURunConfig(...)``);
    names are reported by where they are defined (``npu_init`` re-exports are followed);
@@ -36,7 +37,7 @@ import os
 import re
 import sys
 
-NPU_TOPS = ("npu_bridge", "npu_device", "hccl")
+NPU_TOPS = ("npu_bridge", "npu_device", "hccl", "moxing")
 LOSS_SCALE_RE = re.compile(r"\b(NPULossScaleOptimizer|NpuLossScaleOptimizer|\w*LossScaleManager)\b")
 MINDSPORE_RE = re.compile(r"^\s*(import|from)\s+mindspore\b", re.M)
 MODEL_DIR_NAME_RE = re.compile(r"(_ID\d{3,5}|_for_(tensorflow|acl))", re.I)
@@ -424,7 +425,7 @@ def format_table(result, top=None):
 
 def format_summary(result):
     return ("loss-scale files: %d in %d model directories; unparsable .py files in them: %d\n"
-            "coverage: the shim provides every npu_bridge/npu_device/hccl name used in %d of %d "
+            "coverage: the shim provides every npu_bridge/npu_device/hccl/moxing name used in %d of %d "
             "model directories (%.0f%%)" % (
                 result["loss_scale_files"], result["model_dirs"], result["unparsable_files"],
                 result["covered_dirs"], result["model_dirs"],

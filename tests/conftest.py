@@ -29,17 +29,17 @@ def _drop_modules(*tops):
 
 @pytest.fixture
 def npu_shim(monkeypatch):
-    """The emulate runner's npu_bridge/hccl/npu_device shim on sys.path for one test (a one-rank
-    environment), removed afterwards with the session and loop hooks it may install."""
+    """The emulate runner's npu_bridge/hccl/npu_device/moxing shim on sys.path for one test (a
+    one-rank environment), removed afterwards with the session and loop hooks it may install."""
     from npu_loss_scale import emulate  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.ascend import loops, precision  # pylint: disable=import-outside-toplevel
     monkeypatch.delenv("RANK_SIZE", raising=False)
     monkeypatch.delenv("RANK_ID", raising=False)
-    _drop_modules("npu_bridge", "hccl", "npu_device")
+    _drop_modules("npu_bridge", "hccl", "npu_device", "moxing")
     assert emulate.install_shim()
     yield
     emulate.uninstall_shim()
-    _drop_modules("npu_bridge", "hccl", "npu_device")
+    _drop_modules("npu_bridge", "hccl", "npu_device", "moxing")
     precision.uninstall_session_hook()
     precision.uninstall_op_precision()
     precision.set_default_precision_mode(None)

@@ -113,8 +113,8 @@ def test_survey_command_prints_the_table_and_coverage(corpus, tmp_path):
     result = subprocess.run([sys.executable, SURVEY, corpus, "--json", str(out), "--missing"],
                             env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "coverage: the shim provides every npu_bridge/npu_device/hccl name used in 1 of 2 " \
-           "model directories (50%)" in result.stdout
+    assert "coverage: the shim provides every npu_bridge/npu_device/hccl/moxing name used in 1 " \
+           "of 2 model directories (50%)" in result.stdout
     assert "npu_strategy.NPUStrategy" in result.stdout and out.exists()
     bad = subprocess.run([sys.executable, SURVEY, str(tmp_path / "nowhere")], env=env,
                          capture_output=True, text=True, timeout=60, check=False)
@@ -129,3 +129,27 @@ def test_mindspore_scripts_are_not_tensorflow_loss_scale_files(tmp_path):
         """)
     result = _load().survey(root, provides=lambda name: True)
     assert (result["loss_scale_files"], result["model_dirs"]) == (0, 0)
+
+
+def test_moxing_names_are_surveyed_and_resolved_in_the_shim(tmp_path):
+    root = str(tmp_path / "zoo")
+    _write(root, "TensorFlow/cv/Obs_ID0005_for_TensorFlow/train.py", """
+        import moxing as mox
+        from npu_bridge.npu_init import *
+        mox.file.copy_parallel(src_url=data_url, dst_url="/cache/data")
+        if not mox.file.exists("/cache/out"):
+            mox.file.make_dirs("/cache/out")
+        opt = NPULossScaleOptimizer(opt, FixedLossScaleManager(1024))
+        """)
+    _write(root, "TensorFlow/nlp/Mox_ID0006_for_TensorFlow/train.py", """
+        import moxing.tensorflow as mox
+        from npu_bridge.estimator.npu.npu_loss_scale_manager import FixedLossScaleManager
+        mox.run(input_fn, model_fn, FixedLossScaleManager(8))
+        """)
+    result = _load().survey(root)
+    names = {e["name"]: (e["dirs"], e["provided"]) for e in result["names"]}
+    assert names["moxing.file.copy_parallel"] == (1, True)
+    assert names["moxing.file.exists"] == (1, True)
+    assert names["moxing.file.make_dirs"] == (1, True)
+    assert names["moxing.tensorflow.run"] == (1, False)
+    assert result["covered_dirs"] == 1

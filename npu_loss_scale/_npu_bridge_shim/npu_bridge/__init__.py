@@ -11,7 +11,8 @@ the loss-scale API resolve to :mod:`npu_loss_scale`:
 * ``npu_bridge.estimator.npu.npu_optimizer``: ``NPUDistributedOptimizer``, ``NPUOptimizer``
   (one rank only)
 * ``npu_bridge.estimator.npu.npu_plugin``: ``set_device_sat_mode``, ``is_inf_nan_enabled``
-* ``npu_bridge.helper.helper.get_gen_ops()``: the emulated float-status ops
+* ``npu_bridge.helper.helper.get_gen_ops()``: the emulated float-status ops and the device
+  kernels shared with ``npu_device.gen_npu_ops`` (dropout masks, FastGelu)
 * ``npu_bridge.hccl.hccl_ops.allreduce`` (one rank only)
 * ``npu_bridge.npu_cpu.npu_cpu_ops.randomchoicewithmask`` (the AI-CPU RandomChoiceWithMask)
 

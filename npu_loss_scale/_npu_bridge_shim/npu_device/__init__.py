@@ -9,8 +9,12 @@ after ``compat.enable_v1()`` to the ``tf.compat.v1`` sessions), ``compat.enable_
 ``compat.v1.npu_init`` (the npu_bridge one), ``distribute.all_reduce/broadcast/
 shard_and_rebatch_dataset/npu_distributed_keras_optimizer_wrapper`` at one rank (the identity, as
 the device computes it), ``train.optimizer.NpuLossScaleOptimizer`` (the package's Keras
-loss-scale optimizer, :mod:`npu_loss_scale.keras`). Not emulated (an error names them):
-``gen_npu_ops``, ``ops``.
+loss-scale optimizer, :mod:`npu_loss_scale.keras`), ``gen_npu_ops`` (also as
+``npu_device.npu_device.gen_npu_ops``): the dropout kernels ``drop_out_gen_mask``/
+``drop_out_do_mask`` and their ``_v3`` forms, ``fast_gelu``, ``fast_gelu_grad``, with the device's
+semantics (:mod:`npu_loss_scale.ascend.device_kernels`), and ``ops.gelu``. Not emulated (an
+error names them): every other ``gen_npu_ops`` kernel (fused Adam/LAMB/LARS, LSTM/GRU cells and
+their gradients, layer norm, ...) and every other ``ops`` name.
 """
 from npu_bridge._shim import module_getattr as _module_getattr
 
@@ -117,5 +121,7 @@ def global_npu_ctx():
 
 from npu_device import compat, distribute  # noqa: E402,F401  pylint: disable=wrong-import-position
 
-__all__ = ["open", "global_options", "global_npu_ctx", "compat", "distribute"]
+# gen_npu_ops, ops and npu_device (the module the adapter re-exports from) load on first use
+__all__ = ["open", "global_options", "global_npu_ctx", "compat", "distribute", "gen_npu_ops",
+           "ops", "npu_device"]
 __getattr__ = _module_getattr(__name__, __all__, package=True)
