@@ -1,23 +1,28 @@
 """What Ascend's TF2 scripts (run without ``--tf1``) read from TensorFlow 2.4 that later versions
-dropped: ``Graph._last_id``, the op seed of their ``npu_ops.py`` dropout under a global seed."""
+dropped (:mod:`npu_loss_scale.ascend.tf24`): ``Graph._last_id``, the op seed of their
+``npu_ops.py`` dropout under a global seed; ``tf.keras.mixed_precision.experimental``, through
+which their model-garden code sets its dtype policy."""
 import json
 import os
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 
 from npu_loss_scale import detection, emulation
-from npu_loss_scale.ascend import tf1
+from npu_loss_scale.ascend import tf24
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_seeded_dropout", "train.py")
+POLICY_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_experimental_policy.py")
+KERAS3 = hasattr(tf.keras.mixed_precision, "DTypePolicy")
 
 
 def test_graph_last_id_counts_the_operations_added_as_tf_2_4_did():
-    tf1.add_graph_last_id()
-    tf1.add_graph_last_id()  # idempotent
+    tf24.add_graph_last_id()
+    tf24.add_graph_last_id()  # idempotent
     graph = tf.Graph()
     assert graph._last_id == 0  # pylint: disable=protected-access
     with graph.as_default():
@@ -39,9 +44,7 @@ def test_graph_last_id_counts_the_operations_added_as_tf_2_4_did():
     assert seen[1] == seen[0] + 2  # the constant 2.0 and the multiplication
 
 
-def test_a_tf2_script_whose_dropout_seeds_from_graph_last_id_trains(tmp_path):
-    """Before: AttributeError: 'FuncGraph' object has no attribute '_last_id' when ``fit`` built
-    the dropout; now it trains 2 steps through NpuLossScaleOptimizer with op seed _last_id."""
+def _emulate(tmp_path, *args):
     env = dict(os.environ)
     for name in (detection.ENV_VAR, emulation.MODE_ENV_VAR, "RANK_SIZE",
                  "NPU_LOSS_SCALE_EMULATE_REPORT"):
@@ -49,11 +52,63 @@ def test_a_tf2_script_whose_dropout_seeds_from_graph_last_id_trains(tmp_path):
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     env["PYTHONPATH"] = REPO
     report = tmp_path / "report.json"
-    out = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--report", str(report),
-                          SCRIPT], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--report", str(report)]
+                         + list(args), env=env, cwd=str(tmp_path), capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    seeds = json.loads(out.stdout.strip().splitlines()[-1])["seeds"]
+    return json.loads(out.stdout.strip().splitlines()[-1]), report
+
+
+def test_a_tf2_script_whose_dropout_seeds_from_graph_last_id_trains(tmp_path):
+    """Before: AttributeError: 'FuncGraph' object has no attribute '_last_id' when ``fit`` built
+    the dropout; now it trains 2 steps through NpuLossScaleOptimizer with op seed _last_id."""
+    printed, report = _emulate(tmp_path, SCRIPT)
+    seeds = printed["seeds"]
     assert seeds and all(graph_seed == 1234 and op_seed > 0 for graph_seed, op_seed in seeds)
     steps = json.loads(report.read_text())
     assert steps["steps_applied"] + steps["steps_skipped"] == 2
+
+
+def test_keras_mixed_precision_experimental_maps_to_the_stable_api():
+    tf24.add_keras_mixed_precision_experimental()
+    tf24.add_keras_mixed_precision_experimental()  # idempotent
+    experimental = tf.keras.mixed_precision.experimental
+    try:
+        policy = experimental.Policy("mixed_float16")
+        assert (policy.name, policy.compute_dtype, policy.variable_dtype, policy.loss_scale) == \
+            ("mixed_float16", "float16", "float32", "dynamic")     # "auto", as in TF 2.4
+        assert experimental.Policy("float32").loss_scale is None
+        assert experimental.Policy("mixed_float16", loss_scale=128).loss_scale == 128
+        experimental.set_policy(policy)
+        assert experimental.global_policy().name == "mixed_float16"
+        layer = tf.keras.layers.Dense(2)
+        assert experimental.get_layer_policy(layer).name == "mixed_float16"
+        experimental.set_policy("float32")
+        assert tf.keras.mixed_precision.global_policy().name == "float32"
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+    dynamic = experimental.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), "dynamic")
+    assert isinstance(dynamic, tf.keras.mixed_precision.LossScaleOptimizer)
+    assert float(dynamic.initial_scale) == 2.0 ** 15
+    if KERAS3:
+        with pytest.raises(NotImplementedError, match="no fixed scale"):
+            experimental.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), 64)
+    else:
+        fixed = experimental.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), 64)
+        assert (float(fixed.loss_scale), fixed.dynamic) == (64.0, False)
+    with pytest.raises(ValueError, match="dynamic"):
+        experimental.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), "static")
+    with pytest.raises(TypeError, match="LossScale object"):
+        experimental.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), object())
+
+
+def test_a_tf2_script_setting_its_policy_through_the_experimental_api_trains(tmp_path):
+    """Before: AttributeError: module 'keras.api._v2.keras.mixed_precision' has no attribute
+    'experimental' at the script's set_policy; now both dtypes train 2 steps."""
+    for dtype, compute in (("fp16", "float16"), ("fp32", "float32")):
+        printed, report = _emulate(tmp_path, POLICY_SCRIPT, dtype)
+        assert printed == {"policy": "mixed_float16" if dtype == "fp16" else "float32",
+                           "carried": "dynamic" if dtype == "fp16" else None,
+                           "compute_dtype": compute, "steps": 2}
+        steps = json.loads(report.read_text())
+        assert steps["steps_applied"] + steps["steps_skipped"] == 2

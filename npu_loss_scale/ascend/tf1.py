@@ -40,9 +40,9 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0 release still reads
   ``ops.Tensor``, ``control_flow_ops.cond`` and ``normalization.BatchNormalization``.
 
-* ``Graph._last_id`` (:func:`add_graph_last_id`, TF1 mode and TF2 scripts alike): TF 2.4's
-  private count of the operations added to a graph, which the copies of the adapter's
-  ``npu_ops.py`` read as the op seed of their dropout when a global seed is set.
+* TF 2.4 names later TensorFlow dropped (``Graph._last_id``,
+  ``tf.keras.mixed_precision.experimental``): :mod:`npu_loss_scale.ascend.tf24`, in TF1 mode
+  and for TF2 scripts alike.
 
 What is not done yet: most of ``learn``, ``quantize``, ``opt`` contrib pieces, ``image`` beyond
 ``transform``/``translate``/``rotate``, ``distributions`` beyond ``percentile``.
@@ -430,26 +430,12 @@ def _import_keras_path(original, name, globals_, locals_, fromlist):
     return module
 
 
-def add_graph_last_id():
-    """Gives TensorFlow's ``Graph`` (and so ``FuncGraph``) TF 2.4's private ``_last_id``: the id
-    of the last operation added, that is the number of operations added so far (TF 2.4 numbered
-    them from 1), which ``Graph.version`` still returns. Ascend's ``npu_ops.py`` (copied into 24
-    ModelZoo-TensorFlow files, six of the seven TF2 loss-scale model directories among them)
-    takes it as the op seed in ``get_seed`` when a global seed is set (``tf.random.set_seed``);
-    TF 2.15 and 2.21 graphs have no such attribute, so the script's first dropout raised
-    AttributeError.
-    Idempotent; a TensorFlow that has the attribute keeps its own."""
-    from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
-    if not hasattr(ops.Graph, "_last_id"):
-        ops.Graph._last_id = property(lambda graph: graph.version,  # pylint: disable=protected-access
-                                      doc="TF 2.4's Graph._last_id (npu_loss_scale.emulate)")
-
-
 def enable_keras_paths(user_roots):
     """For scripts run without TF1 mode (TF2 scripts): only the moved Keras module paths of
     :func:`moved_keras_module` resolve, in files under ``user_roots`` (idempotent; TF1 mode,
-    which does this too, takes precedence); graphs get :func:`add_graph_last_id`."""
-    add_graph_last_id()
+    which does this too, takes precedence); the TF 2.4 names of :mod:`.tf24` are added."""
+    from . import tf24  # pylint: disable=import-outside-toplevel
+    tf24.enable()
     roots = [os.path.abspath(r) for r in user_roots]
     if "import" in _state or "keras_import" in _state:
         _state["roots"][:] = roots
@@ -472,7 +458,8 @@ def enable(user_roots):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     roots = [os.path.abspath(r) for r in user_roots]
     tf.compat.v1.disable_v2_behavior()
-    add_graph_last_id()
+    from . import tf24  # pylint: disable=import-outside-toplevel
+    tf24.enable()
     v1 = tf.compat.v1
     if not hasattr(v1, "contrib"):
         from .tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
