@@ -309,7 +309,11 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None):
     env.update({"RANK_SIZE": "1", "RANK_ID": "0", "DEVICE_ID": "0", "ASCEND_DEVICE_ID": "0",
                 "JOB_ID": "10086", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])})
+    base_path = env["PYTHONPATH"]
     env.update(recipe_env)
+    if recipe_env.get("PYTHONPATH"):  # a model's source root, as its launcher exports it
+        env["PYTHONPATH"] = os.pathsep.join([REPO, recipe_env["PYTHONPATH"]]
+                                            + base_path.split(os.pathsep)[1:])
     start = time.time()
     timed_out = False
     try:

@@ -262,15 +262,23 @@ def test_a_listed_script_gets_its_recipe_and_the_lines_extra_arguments_come_last
     and arguments; the line's own argument is appended after them (here it overrides one)."""
     root = str(tmp_path / "zoo")
     _write(root, "E_ID0005_for_TensorFlow2.X/modelzoo_level.txt", "x\n")
+    _write(root, "E_ID0005_for_TensorFlow2.X/src/zoo_words.py", """
+        def count(path):
+            return len(open(path).read().split())
+        """)
     _write(root, "E_ID0005_for_TensorFlow2.X/nets/train.py", """
         import argparse
+        import sys
         import tensorflow as tf
+        import npu_loss_scale
+        import zoo_words
         from npu_bridge.npu_init import *
         p = argparse.ArgumentParser()
         p.add_argument("--words", required=True)
         p.add_argument("--steps", type=int, default=100)
         args = p.parse_args()
-        n = len(open(args.words).read().split())
+        n = zoo_words.count(args.words)
+        print("package under test:", npu_loss_scale.__file__, file=sys.stderr)
         w = tf.get_variable("w", [], initializer=tf.ones_initializer())
         opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.1),
                                     FixedLossScaleManager(8))
@@ -282,11 +290,13 @@ def test_a_listed_script_gets_its_recipe_and_the_lines_extra_arguments_come_last
         """)
     recipes = str(tmp_path / "recipes")
     _write(recipes, "e_recipe.py", """
+        import os
         from ascend_recipes import write_text
         MODEL_DIR = "E_ID0005_for_TensorFlow2.X"
         def prepare(ctx):
             words = write_text(ctx.path("words.txt"), "a b c\\n")
-            return ["--words=" + words, "--steps=3"], {}
+            return (["--words=" + words, "--steps=3"],
+                    {"PYTHONPATH": os.path.join(ctx.model_dir, "src")})
         """)
     listing = _write(str(tmp_path), "list.txt", """
         # one script, one extra argument
@@ -303,6 +313,8 @@ def test_a_listed_script_gets_its_recipe_and_the_lines_extra_arguments_come_last
     assert result["recipe"] == "e_recipe.py" and result["outcome"] == "trained"
     assert result["args"][1:] == ["--steps=3", "--steps=2"]
     assert result["report"]["steps_applied"] == 2
+    assert "package under test: %s\n" % os.path.join(REPO, "npu_loss_scale", "__init__.py") \
+        in result["stderr_tail"]
 
 def test_recipe_helpers_write_what_tensorflow_reads(tmp_path):
     sys.path.insert(0, os.path.join(REPO, "scripts"))
