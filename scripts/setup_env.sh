@@ -21,7 +21,7 @@ requirements_for() {
   case "$1" in
     tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
-    campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3" ;;
+    campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0" ;;
     *) echo "unknown stack '$1' (accepted: tf215, tf221, campaign)" >&2; return 2 ;;
   esac
 }
@@ -46,6 +46,8 @@ for stack in "${stacks[@]}"; do
     # yaml.load(text) without a Loader (PyYAML < 6); PyYAML 5.4.1 has no wheel for this Python
     # and builds only with Cython < 3. tensorflow-datasets 4.9.3 (TF 2.15's time) with
     # tensorflow-metadata 1.15.0: later tensorflow-metadata needs protobuf 5, TF 2.15 protobuf 4.
+    # absl-py < 2: the TF2 model-garden scripts (Ascend's Transformer, BERT) pass a string as an
+    # enum flag's values, which absl-py 2.0 rejects.
     "$venv/bin/python" -m pip install --quiet "cython<3" wheel 2>&1 | grep -v "is ignored: it is neither" || true
     "$venv/bin/python" -m pip install --quiet --no-build-isolation "pyyaml==5.4.1" 2>&1 | grep -v "is ignored: it is neither" || true
     "$venv/bin/python" -c "import yaml; assert yaml.__version__ == '5.4.1'" || { echo "[setup_env] campaign: PyYAML 5.4.1 did not build" >&2; exit 1; }
