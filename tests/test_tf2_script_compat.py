@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_seeded_dropout", "train.py")
 POLICY_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_experimental_policy.py")
+LEGACY_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_legacy_optimizer.py")
 KERAS3 = hasattr(tf.keras.mixed_precision, "DTypePolicy")
 
 
@@ -44,7 +45,7 @@ def test_graph_last_id_counts_the_operations_added_as_tf_2_4_did():
     assert seen[1] == seen[0] + 2  # the constant 2.0 and the multiplication
 
 
-def _emulate(tmp_path, *args):
+def _emulate(tmp_path, *args, every_line=False):
     env = dict(os.environ)
     for name in (detection.ENV_VAR, emulation.MODE_ENV_VAR, "RANK_SIZE",
                  "NPU_LOSS_SCALE_EMULATE_REPORT"):
@@ -56,7 +57,8 @@ def _emulate(tmp_path, *args):
                          + list(args), env=env, cwd=str(tmp_path), capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1]), report
+    lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+    return (lines if every_line else lines[-1]), report
 
 
 def test_a_tf2_script_whose_dropout_seeds_from_graph_last_id_trains(tmp_path):
@@ -112,3 +114,22 @@ def test_a_tf2_script_setting_its_policy_through_the_experimental_api_trains(tmp
                            "compute_dtype": compute, "steps": 2}
         steps = json.loads(report.read_text())
         assert steps["steps_applied"] + steps["steps_skipped"] == 2
+
+
+@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+def test_a_tf2_script_with_an_optimizerv2_optimizer_trains_through_npu_loss_scale_optimizer(
+        tmp_path):
+    """Before: TypeError (legacy optimizers not supported) at NpuLossScaleOptimizer(...), where
+    the adapter of TF 2.4 took them. Now: under allow_mix_precision the scaled gradient
+    overflows float16 at 2**15 and 2**14 (skipped, scale halved) and fits at 2**13; under
+    force_fp32 nothing overflows."""
+    for mode, finite, applied in (("allow_mix_precision", [False, False, True, True], 2),
+                                  ("force_fp32", [True] * 4, 4)):
+        lines, report = _emulate(tmp_path, LEGACY_SCRIPT, "4", mode, every_line=True)
+        assert [l["finite"] for l in lines] == finite
+        assert {l["optimizer"] for l in lines} == {"NpuLegacyLossScaleOptimizer"}
+        if mode == "allow_mix_precision":
+            assert [l["scale_before"] for l in lines] == [32768.0, 16384.0, 8192.0, 8192.0]
+        assert json.loads(report.read_text()) == {
+            "optimizers_built": 1, "train_ops_built": 0, "steps_applied": applied,
+            "steps_skipped": 4 - applied}

@@ -2,7 +2,9 @@
 
 ``npu_loss_scale.keras.NpuLossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
 dynamic_growth_steps=None)`` has the TF2 adapter's constructor and ``last_step_finite``, and reads
-the (emulated) float-status register; Keras is imported only when the name is used.
+the (emulated) float-status register; Keras is imported only when the name is used. As the
+adapter's (TF 2.4/2.6) it takes the optimizers of that time too, legacy ones in TF 2.15 terms
+(``tf.keras.optimizers.legacy``, TensorFlow Addons' ``LAMB``...).
 
 With ``python -m npu_loss_scale.emulate --report FILE`` the name gives a subclass that also
 counts, in the same report as npu_bridge's ``NPULossScaleOptimizer``, the optimizers built and
@@ -44,11 +46,25 @@ def _counting_class(base):
             return result
         NpuLossScaleOptimizer.apply = apply
     else:                                          # Keras 2: through apply_gradients()
-        def apply_gradients(self, grads_and_vars, *args, **kwargs):
-            result = base.apply_gradients(self, grads_and_vars, *args, **kwargs)
-            count(self)
-            return result
-        NpuLossScaleOptimizer.apply_gradients = apply_gradients
+        def counting_apply_gradients(cls_base):
+            def apply_gradients(self, grads_and_vars, *args, **kwargs):
+                result = cls_base.apply_gradients(self, grads_and_vars, *args, **kwargs)
+                count(self)
+                return result
+            return apply_gradients
+        NpuLossScaleOptimizer.apply_gradients = counting_apply_gradients(base)
+        legacy = getattr(base, "_npu_legacy_class", None)
+        if legacy is not None:   # NpuLossScaleOptimizer(legacy OptimizerV2 optimizer)
+            class NpuLegacyLossScaleOptimizer(legacy):  # pylint: disable=abstract-method
+                __doc__ = legacy.__doc__
+
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    report._note("optimizers_built")  # pylint: disable=protected-access
+
+            NpuLegacyLossScaleOptimizer.apply_gradients = counting_apply_gradients(legacy)
+            NpuLegacyLossScaleOptimizer.__module__ = legacy.__module__
+            NpuLossScaleOptimizer._npu_legacy_class = NpuLegacyLossScaleOptimizer  # pylint: disable=protected-access
     NpuLossScaleOptimizer.__module__ = base.__module__
     _counting.append(NpuLossScaleOptimizer)
     return NpuLossScaleOptimizer
