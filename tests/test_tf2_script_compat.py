@@ -18,6 +18,7 @@ REPO = os.path.dirname(HERE)
 SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_seeded_dropout", "train.py")
 POLICY_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_experimental_policy.py")
 LEGACY_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_legacy_optimizer.py")
+INTERNALS_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_tf24_internals", "train.py")
 KERAS3 = hasattr(tf.keras.mixed_precision, "DTypePolicy")
 
 
@@ -57,7 +58,7 @@ def _emulate(tmp_path, *args, every_line=False):
                          + list(args), env=env, cwd=str(tmp_path), capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+    lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith(("{", "["))]
     return (lines if every_line else lines[-1]), report
 
 
@@ -133,3 +134,40 @@ def test_a_tf2_script_with_an_optimizerv2_optimizer_trains_through_npu_loss_scal
         assert json.loads(report.read_text()) == {
             "optimizers_built": 1, "train_ops_built": 0, "steps_applied": applied,
             "steps_skipped": 4 - applied}
+
+
+_MOVED_INTERNALS = """\
+import json
+import tensorflow as tf
+from tensorflow.python.distribute import distribution_strategy_context as ctx
+import tensorflow.python.distribute.distribution_strategy_context as ctx2
+from tensorflow.python.framework import ops
+print(json.dumps([ctx.get_strategy() is tf.distribute.get_strategy(),
+                  ctx2.has_strategy() is False,
+                  ctx.in_cross_replica_context() == tf.distribute.in_cross_replica_context(),
+                  ops.Tensor is tf.Tensor, ops.IndexedSlices is tf.IndexedSlices,
+                  ops.convert_to_tensor_v2_with_dispatch(1.0).dtype == tf.float32,
+                  ops.get_default_graph() is tf.compat.v1.get_default_graph()]))
+"""
+
+
+def test_a_tf2_script_gets_the_tf_internals_tf_2_14_moved(tmp_path):
+    """``distribution_strategy_context`` (folded into distribute_lib in TF 2.14) and the names
+    moved out of ``framework.ops`` resolve in a TF2 script's own files, as in TF1 mode."""
+    script = tmp_path / "internals.py"
+    script.write_text(_MOVED_INTERNALS)
+    printed, _ = _emulate(tmp_path, str(script))
+    assert printed == [True] * 7
+
+
+@pytest.mark.skipif(KERAS3, reason="Keras 3 has no OptimizerV2 (keras.optimizer_v2 unmapped)")
+def test_a_tf2_script_with_an_optimizer_on_tf_2_4_internals_trains(tmp_path):
+    """Before: ModuleNotFoundError: No module named 'keras.optimizer_v2' (then the
+    distribution_strategy_context import and the ops names); now its OptimizerV2 subclass trains
+    2 steps through NpuLossScaleOptimizer and sees TF 2.15's objects behind the old names."""
+    printed, report = _emulate(tmp_path, INTERNALS_SCRIPT)
+    assert (printed["optimizer"], printed["inner"]) == ("NpuLegacyLossScaleOptimizer", "PlainSGD")
+    seen = printed["seen"]
+    assert seen["dense_grad_is_tensor"] is True and seen["sparse_type"] == "IndexedSlices"
+    assert isinstance(seen["cross_replica"], bool) and seen["strategy"]
+    assert json.loads(report.read_text())["steps_applied"] == 2

@@ -6,16 +6,17 @@ The arguments are those of ``test/train_performance_1p.sh`` (``--optimizer_type=
 ``--distribution_strategy=one_device``, ``--num_gpus=1``, evaluation before training) made small:
 pre-training TFRecords (unpacked features), a tiny BERT config, batches of 2, 2 steps in one loop,
 4 evaluation samples (the default 10000 is more than the records). No initial checkpoint (the
-script starts from random weights without one). It runs from the recipe's work folder.
+script starts from random weights without one). ``--use_npu_lamb=False``: the script's LAMB in
+TensorFlow ops (its own flag) instead of the device's fused kernels
+``npu_device.gen_npu_ops.lamb_apply_optimizer_assign``/``lamb_apply_weight_assign``, which are
+not emulated. It runs from the recipe's work folder.
 
-Not trainable on TensorFlow 2.15 yet. It stops at its first import,
-``tensorflow.python.distribute.distribution_strategy_context`` (folded into ``distribute_lib``
-in TF 2.14). With stand-ins for that and for the other TF 2.4 internals it reads next (TF 2.6's
-``keras.optimizer_v2`` modules, ``ops.convert_to_tensor_v2_with_dispatch``, ``ops.Tensor`` and
-``ops.IndexedSlices`` in a TF2 script), its LAMB step calls the device's fused kernel
-``npu_device.gen_npu_ops.lamb_apply_optimizer_assign``, which is not emulated. Its other
-optimizer, ``adamw``, is an ``OptimizerV2``-style subclass of ``tf.keras.optimizers.Adam`` that
-Keras 2.11+ optimizers no longer fit (see the BERT recipe).
+What it reads of TF 2.4/2.6 that TF 2.15 moved, given back by the emulator in the script's files:
+``tensorflow.python.distribute.distribution_strategy_context``, ``keras.optimizer_v2`` (its LAMB
+is an ``OptimizerV2``, which ``NpuLossScaleOptimizer`` takes as the adapter did),
+``ops.Tensor``/``IndexedSlices``/``convert_to_tensor_v2_with_dispatch``. Its other optimizer,
+``adamw``, subclasses ``tf.keras.optimizers.Adam`` as an ``OptimizerV2`` and does not fit Keras
+2.11+ optimizers (see the BERT recipe).
 """
 import os
 
@@ -39,5 +40,5 @@ def prepare(ctx):
             "--num_train_epochs=1", "--optimizer_type=lamb", "--scale_loss=False",
             "--steps_between_eval=2", "--steps_per_loop=2", "--stop_steps=2",
             "--enable_checkpoint_and_summary=True", "--train_batch_size=2", "--verbosity=0",
-            "--warmup_steps=0", "--num_eval_samples=4"]
+            "--warmup_steps=0", "--num_eval_samples=4", "--use_npu_lamb=False"]
     return args, {}
