@@ -358,7 +358,7 @@ _MOVED_NAMES = {
 
 
 # TF 1.15 / 2.4 internal modules TF 2.x removed, and the module that holds their names now
-# (``distribution_strategy_context``: 22 ModelZoo files; gone in TF 2.14)
+# (``distribution_strategy_context``: imported by 9 ModelZoo files; gone in TF 2.14)
 _MOVED_MODULES = {
     "tensorflow.python.distribute.distribution_strategy_context":
         "tensorflow.python.distribute.distribute_lib",

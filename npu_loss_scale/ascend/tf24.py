@@ -10,8 +10,8 @@ has. ``python -m npu_loss_scale.emulate`` (TF2 scripts and ``--tf1`` alike) adds
 * ``tf.keras.mixed_precision.experimental`` (:func:`add_keras_mixed_precision_experimental`):
   ``Policy(name, loss_scale="auto")``, ``set_policy``, ``global_policy``, ``get_layer_policy``
   and ``LossScaleOptimizer(optimizer, loss_scale)``, the experimental mixed-precision API of TF
-  2.0-2.4 (and of TF 1.14/1.15's ``tf.keras``), which Keras removed in TF 2.13 (the stable API,
-  ``set_global_policy`` and friends, has the same behaviour). Model-garden code sets its dtype
+  2.0-2.8 (and of TF 1.14/1.15's ``tf.keras``), which TF 2.9 removed (the stable API of TF 2.4
+  on, ``set_global_policy`` and friends, behaves the same). Model-garden code sets its dtype
   policy through it whatever the dtype (``set_policy("float32")`` included).
 """
 import types
@@ -86,7 +86,7 @@ def _experimental(stable):
 
 def add_keras_mixed_precision_experimental():
     """``tf.keras.mixed_precision.experimental`` (and ``tf.compat.v1.keras``'s, for TF1 mode)
-    where Keras no longer has it (Keras 2.13 and later). Idempotent."""
+    where Keras no longer has it (TF 2.9 and later). Idempotent."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     stable = tf.keras.mixed_precision
     if not hasattr(stable, "set_global_policy"):
