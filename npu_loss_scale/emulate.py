@@ -37,6 +37,11 @@ Options (before the script):
     Loss-scale advisor (:mod:`npu_loss_scale.advisor`): observe every saturation site while
     the script runs (at its *fixed* loss scale S, default 1), then print the advice and write
     it as JSON to FILE.
+``--ranks N``
+    Run the script as N emulated ranks: N processes with the environment Ascend launchers set
+    and HCCL (npu_bridge's ``hccl_ops``, npu_device's ``distribute``) over TensorFlow collective
+    ops between them; see :mod:`npu_loss_scale.ascend.ranks`. If a rank fails, the others are
+    stopped.
 ``--tf1``
     TF1 mode: ``import tensorflow as tf`` in the script's own files gives TF1 behaviour; see
     :mod:`npu_loss_scale.ascend.tf1`. Without it the script's own files still get the Keras
@@ -293,7 +298,9 @@ def main(argv=None):
         if args.precision_mode is not None and not args.tf1:
             precision.install_op_precision(args.precision_mode)
         from .ascend import ranks  # pylint: disable=import-outside-toplevel
-        ranks.join()  # a rank of `--ranks N`: sessions run on this task's server
+        # a rank of `--ranks N`: sessions run on this task's server; in TF2 mode that is the
+        # eager context's, which joins before the script can create a variable
+        ranks.join(eager=not args.tf1)
 
     from .ascend import tf1  # pylint: disable=import-outside-toplevel
     if args.tf1:

@@ -399,7 +399,8 @@ def test_npu_device_options_are_validated_recorded_and_open_applies_precision(sh
     assert npu_device.distribute.all_reduce([tf.constant(2.0)], "mean")[0].numpy() == 2.0
     from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.keras import NpuLossScaleOptimizer as ours  # pylint: disable=import-outside-toplevel
-    assert NpuLossScaleOptimizer is ours
+    # ours, plus the device's agreement on overflow across ranks (tests/test_npu_device_ranks.py)
+    assert issubclass(NpuLossScaleOptimizer, ours)
     with pytest.raises(ImportError,
                        match=r"npu_device\.train\.optimizer\.NpuOptimizer is not emulated"):
         exec("from npu_device.train.optimizer import NpuOptimizer", {})  # pylint: disable=exec-used

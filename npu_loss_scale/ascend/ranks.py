@@ -2,8 +2,8 @@
 
 The launcher starts N processes of the script with the environment Ascend launch scripts set —
 ``RANK_ID``, ``RANK_SIZE``, ``DEVICE_ID``, ``ASCEND_DEVICE_ID`` — plus a ``TF_CONFIG`` naming a
-cluster of N local workers. In each process, :func:`join` starts the task's
-``tf.distribute.Server`` and makes every ``tf.compat.v1.Session`` the script creates without a
+cluster of N local workers. In each process, before the script runs, :func:`join` gives the
+task's address a server and makes every ``tf.compat.v1.Session`` the script creates without a
 target run on it (with the collective-group settings), so that:
 
 * the shim's HCCL ops (``hccl_ops.allreduce/broadcast/allgather``, ``NPUDistributedOptimizer``,
@@ -11,7 +11,12 @@ target run on it (with the collective-group settings), so that:
 * ``NPULossScaleOptimizer(..., is_distributed=True)`` agrees on overflow through the same group
   (agreement ``collective``, discovered from ``TF_CONFIG``).
 
-Graph mode (TF1 sessions, the Estimator) only. If one rank fails, the others are stopped.
+In TF2 mode (no ``--tf1``) the server is the eager context's own: collective ops also run
+eagerly and inside ``tf.function``s, which ``npu_device.distribute`` and npu_device's
+``NpuLossScaleOptimizer`` use once ``npu_device.open()`` has opened the device. In TF1 mode it
+is a ``tf.distribute.Server``.
+
+If one rank fails, the others are stopped.
 """
 import json
 import os
@@ -21,7 +26,7 @@ import sys
 import threading
 import time
 
-_server = []
+_state = {}  # cluster, session target, eager (the eager context is the task)
 _patched = []
 
 
@@ -105,14 +110,24 @@ def _drain(pumps):
         pump.join(timeout=30)
 
 
-def join():
-    """In a rank started by :func:`launch`: start the task's server and route sessions to it.
+def join(eager=False):
+    """In a rank started by :func:`launch`: give the task's address a server and route sessions
+    to it.
 
-    Returns the :class:`npu_loss_scale.agreement.CollectiveCluster`, or None when this process
-    is not part of a multi-rank run.
+    ``eager=False`` (TF1 mode, ``--tf1``): a ``tf.distribute.Server`` of the task. ``eager=True``
+    (TF2 mode): the eager context itself becomes the task (``enable_collective_ops`` with the
+    ``TF_CONFIG`` cluster, task 0 leading the group), so collective ops placed on this task's
+    device run across the processes eagerly and inside ``tf.function``s; its server also runs
+    the sessions. It must happen before the script creates a variable: a variable made before
+    lives on the old ``/job:localhost`` device, which the eager context no longer has.
+
+    Either way every ``tf.compat.v1.Session`` created without a target runs on the task's server
+    with the collective-group settings. Returns the
+    :class:`npu_loss_scale.agreement.CollectiveCluster`, or None when this process is not part
+    of a multi-rank run.
     """
-    if _server:
-        return _server[0][0]
+    if _state:
+        return _state["cluster"]
     try:
         size = int(os.environ.get("RANK_SIZE", "1") or 1)
     except ValueError:
@@ -124,13 +139,17 @@ def join():
     cluster = agreement.get_collective_cluster()
     if cluster is None:
         return None
-    server = cluster.start_server()
-    _server.append((cluster, server))
+    if eager:
+        _join_eager(cluster)
+        target = "grpc://" + cluster.cluster_spec.task_address(cluster.task_type, cluster.task_id)
+    else:
+        target = cluster.start_server().target
+    _state.update(cluster=cluster, target=target, eager=bool(eager))
     original = session_lib.BaseSession.__init__
 
     def __init__(self, target="", graph=None, config=None):
         if not target:
-            target = server.target
+            target = _state["target"]
             config = cluster.session_config(config)
         original(self, target, graph, config)
 
@@ -139,6 +158,32 @@ def join():
     return cluster
 
 
+def _join_eager(cluster):
+    import logging  # pylint: disable=import-outside-toplevel
+    from tensorflow.core.protobuf import tensorflow_server_pb2  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+    address = cluster.cluster_spec.task_address(cluster.task_type, cluster.task_id)
+    server_def = tensorflow_server_pb2.ServerDef(
+        cluster=cluster.cluster_spec.as_cluster_def(),
+        default_session_config=cluster.session_config(), job_name=cluster.task_type,
+        task_index=cluster.task_id, protocol="grpc", port=int(address.rsplit(":", 1)[1]))
+    # Done before the script runs, so no tensor of the old context exists: TF's warning that
+    # such tensors may become unusable does not apply.
+    tf_logger = logging.getLogger("tensorflow")
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
+    try:
+        context.context().enable_collective_ops(server_def)
+    finally:
+        tf_logger.setLevel(level)
+    context.context().ensure_initialized()
+
+
+def eager_joined():
+    """Whether :func:`join` made this process's eager context the task of the cluster."""
+    return bool(_state.get("eager"))
+
+
 def cluster():
     """The CollectiveCluster of this rank after :func:`join`, else None."""
-    return _server[0][0] if _server else None
+    return _state.get("cluster")

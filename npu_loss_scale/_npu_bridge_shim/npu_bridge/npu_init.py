@@ -6,9 +6,12 @@ name) or raising an error that says it is not emulated:
 * loss scaling: ``NPULossScaleOptimizer``, ``FixedLossScaleManager``,
   ``ExponentialUpdateLossScaleManager`` (:mod:`npu_loss_scale`);
 * Estimator: ``NPURunConfig``, ``NPUEstimator``, ``NPUEstimatorSpec``, ``DumpConfig``,
-  ``ProfilingConfig``, ``DynamicInputConfig``, the hooks;
-* distribution (one emulated rank): ``NPUDistributedOptimizer``, ``NPUOptimizer``,
-  ``npu_distributed_optimizer_wrapper``, ``npu_allreduce``, ``hccl_ops``, rank helpers,
+  ``ProfilingConfig``, ``DynamicInputConfig``, the hooks; Keras's
+  ``NPUBroadcastGlobalVariablesCallback``;
+* distribution (the identity at one rank; across the processes of ``emulate --ranks N``):
+  ``NPUDistributedOptimizer``, ``NPUOptimizer``, ``npu_distributed_optimizer_wrapper``,
+  ``KerasDistributeOptimizer``, ``npu_keras_optimizer``, ``npu_tf_optimizer``,
+  ``npu_callbacks_append``, ``npu_allreduce``, ``hccl_ops``, rank helpers,
   ``set_split_strategy_by_idx/_by_size``;
 * modules: ``npu_ops``, ``npu_scope``, ``util``, ``npu_unary_ops``, ``hccl_ops``;
 * session helpers: ``npu_config_proto``, ``npu_session_config_init``, ``npu_run_config_init``,
@@ -118,9 +121,14 @@ def npu_hooks_append(hooks_list=()):
 
 
 def npu_callbacks_append(callbacks_list=()):
-    """``callbacks_list`` unchanged as a list: broadcasting variables at one rank is a no-op."""
+    """``callbacks_list`` plus ``NPUBroadcastGlobalVariablesCallback(0)`` (a no-op at one rank),
+    as a new list."""
+    from npu_bridge.estimator.npu.npu_callbacks import (  # pylint: disable=import-outside-toplevel
+        NPUBroadcastGlobalVariablesCallback)
     get_rank_size()  # reads RANK_SIZE (a malformed value raises)
-    return list(callbacks_list) if isinstance(callbacks_list, (list, tuple)) else []
+    callbacks = list(callbacks_list) if isinstance(callbacks_list, (list, tuple)) else []
+    callbacks.append(NPUBroadcastGlobalVariablesCallback(0))
+    return callbacks
 
 
 def _keras_backend():
@@ -214,11 +222,16 @@ def _importer_tf():
     return _tf
 
 
-__all__ = sorted(n for n in list(globals()) if not n.startswith("_")) + ["tf"]
+# The Keras callback is imported when first asked for (it subclasses a tf.keras class).
+__all__ = sorted(n for n in list(globals()) if not n.startswith("_")) + [
+    "tf", "NPUBroadcastGlobalVariablesCallback"]
 _fallback = _module_getattr(__name__, __all__)
 
 
 def __getattr__(name):
     if name == "tf":
         return _importer_tf()
+    if name == "NPUBroadcastGlobalVariablesCallback":
+        from npu_bridge.estimator.npu import npu_callbacks  # pylint: disable=import-outside-toplevel
+        return npu_callbacks.NPUBroadcastGlobalVariablesCallback
     return _fallback(name)

@@ -7,14 +7,15 @@ Provided: ``open(device_id=None).as_default()`` (the emulated device; nothing to
 op built (``tf.function``, Keras ``fit``) or run eagerly after it, in float16 with saturation;
 after ``compat.enable_v1()`` to the ``tf.compat.v1`` sessions), ``compat.enable_v1()``,
 ``compat.v1.npu_init`` (the npu_bridge one), ``distribute.all_reduce/broadcast/
-shard_and_rebatch_dataset/npu_distributed_keras_optimizer_wrapper`` at one rank (the identity, as
-the device computes it), ``train.optimizer.NpuLossScaleOptimizer`` (the package's Keras
-loss-scale optimizer, :mod:`npu_loss_scale.keras`), ``gen_npu_ops`` (also as
-``npu_device.npu_device.gen_npu_ops``): the dropout kernels ``drop_out_gen_mask``/
-``drop_out_do_mask`` and their ``_v3`` forms, ``fast_gelu``, ``fast_gelu_grad``, with the device's
-semantics (:mod:`npu_loss_scale.ascend.device_kernels`), and ``ops.gelu``. Not emulated (an
-error names them): every other ``gen_npu_ops`` kernel (fused Adam/LAMB/LARS, LSTM/GRU cells and
-their gradients, layer norm, ...) and every other ``ops`` name.
+shard_and_rebatch_dataset/npu_distributed_keras_optimizer_wrapper`` (the identity at one rank, as
+the device computes it; TF collectives across the processes of ``emulate --ranks N``, whose
+``open()`` reports ``workers_num``/``worker_id``), ``train.optimizer.NpuLossScaleOptimizer`` (the
+package's Keras loss-scale optimizer, :mod:`npu_loss_scale.keras`, agreeing on overflow across
+the ranks), ``gen_npu_ops`` (also as ``npu_device.npu_device.gen_npu_ops``): the dropout kernels
+``drop_out_gen_mask``/``drop_out_do_mask`` and their ``_v3`` forms, ``fast_gelu``,
+``fast_gelu_grad``, with the device's semantics (:mod:`npu_loss_scale.ascend.device_kernels`),
+and ``ops.gelu``. Not emulated (an error names them): every other ``gen_npu_ops`` kernel (fused
+Adam/LAMB/LARS, LSTM/GRU cells and their gradients, layer norm, ...) and every other ``ops`` name.
 """
 from npu_bridge._shim import module_getattr as _module_getattr
 
@@ -82,12 +83,17 @@ def global_options():
 
 
 class _Device:
-    """The emulated NPU of this process."""
+    """The emulated NPU of this process: ``workers_num`` ranks (RANK_SIZE), this one
+    ``worker_id`` (RANK_ID); several in a rank of ``--ranks N`` (see :mod:`npu_device._cluster`)."""
 
-    def __init__(self, device_id):
+    def __init__(self, device_id, workers_num=1, worker_id=0):
         self.device_id = device_id
-        self.workers_num = 1
-        self.worker_id = 0
+        self.workers_num = workers_num
+        self.worker_id = worker_id
+
+    def is_cluster_worker(self):
+        """Whether this device is one of several ranks (its collectives reach the others)."""
+        return self.workers_num > 1 and 0 <= self.worker_id < self.workers_num
 
     def as_default(self):
         return self
@@ -98,9 +104,9 @@ _device = []
 
 def open(device_id=None):  # pylint: disable=redefined-builtin
     """Opens the emulated device and applies the options set so far (see the package docstring)."""
-    from npu_bridge import _ranks  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.ascend import precision  # pylint: disable=import-outside-toplevel
-    _ranks.require_single_rank("npu_device.open")
+    from npu_device import _cluster  # pylint: disable=import-outside-toplevel
+    workers_num, worker_id = _cluster.join("npu_device.open")
     mode = global_options().precision_mode
     if mode is not None:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -111,7 +117,7 @@ def open(device_id=None):  # pylint: disable=redefined-builtin
         precision.set_default_precision_mode(mode)
         precision.install_session_hook()
     if not _device:
-        _device.append(_Device(device_id))
+        _device.append(_Device(device_id, workers_num, worker_id))
     return _device[0]
 
 

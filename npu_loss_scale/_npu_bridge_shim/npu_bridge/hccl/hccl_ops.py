@@ -3,7 +3,8 @@
 With one rank (RANK_SIZE unset or 1) every collective is what the device computes for one rank:
 the identity (all-reduce, broadcast, all-gather and reduce-scatter of one rank's tensor are that
 tensor). In a rank of ``python -m npu_loss_scale.emulate --ranks N`` they are TensorFlow
-collective ops across the N processes (graph mode; build them in the same order on every rank,
+collective ops across the N processes (reduce-scatter: an all-reduce of which each rank keeps
+its part of axis 0) (graph mode; build them in the same order on every rank,
 as HCCL requires too). With RANK_SIZE > 1 and no such group, NotImplementedError.
 """
 import tensorflow as tf
@@ -92,16 +93,50 @@ def allgather(tensor, rank_size, group="hccl_world_group"):  # pylint: disable=u
         t, **kw)))
 
 
-def reduce_scatter(tensor, reduction, rank_size, group="hccl_world_group"):  # pylint: disable=unused-argument
-    """Reduce over the ranks, each rank keeping its 1/rank_size slice of axis 0."""
+def reduce_scatter(tensor, reduction, rank_size, group="hccl_world_group", fusion=0,  # pylint: disable=unused-argument
+                   fusion_id=-1):
+    """Reduce over the ranks; rank ``r`` keeps part ``r`` of ``rank_size`` equal parts of axis 0.
+
+    As HCCL's ReduceScatter: the ranks' tensors (same shape everywhere) are reduced element-wise
+    with ``reduction``, axis 0 is cut into ``rank_size`` equal parts in rank order, and rank
+    ``r`` gets rows ``[r * n, (r + 1) * n)`` with ``n = shape[0] / rank_size``. Axis 0 must be a
+    multiple of ``rank_size`` (a ValueError when the shape is known, a failing assertion when it
+    is not). A tensor or a list of tensors. (Argument order as in Huawei's documentation; pass
+    ``fusion``/``fusion_id`` by keyword, they are HCCL tuning.)
+    """
     _check_reduction(reduction)
     if rank_size != _ranks.rank_size():
         raise ValueError("rank_size must equal RANK_SIZE=%d; got %r" % (_ranks.rank_size(),
                                                                        rank_size))
-    if _ranks.rank_size() > 1:
-        raise NotImplementedError("hccl_ops.reduce_scatter over several emulated ranks is not "
-                                  "emulated yet (RANK_SIZE=%d)" % _ranks.rank_size())
-    return _one_rank("reduce_scatter", tensor)
+    cluster = _group("reduce_scatter")
+    if cluster is None:
+        return _one_rank("reduce_scatter", tensor)
+    return _each(tensor, lambda t: _scatter_part(cluster, t, reduction))
+
+
+def _scatter_part(cluster, tensor, reduction):
+    size = cluster.group_size
+    if tensor.shape.rank == 0:
+        raise ValueError("hccl_ops.reduce_scatter: tensor must have at least one dimension (axis "
+                         "0 is divided among the %d ranks); got a scalar %r" % (size, tensor))
+    rows = tensor.shape[0]
+    checks = []
+    if rows is not None and rows % size:
+        raise ValueError("hccl_ops.reduce_scatter: axis 0 of tensor must be a multiple of "
+                         "rank_size=%d; got shape %s" % (size, tensor.shape))
+    if rows is None:
+        checks.append(tf.debugging.assert_equal(
+            tf.math.floormod(tf.shape(tensor)[0], size), 0,
+            message="hccl_ops.reduce_scatter: axis 0 of tensor must be a multiple of rank_size=%d"
+            % size))
+    with tf.control_dependencies(checks):
+        reduced = _collective(cluster, lambda ops, kw: ops.all_reduce_v2(
+            tensor, merge_op=_MERGE[reduction], final_op="Id", **kw))
+    part = tf.shape(reduced)[0] // size
+    out = reduced[cluster.rank * part:(cluster.rank + 1) * part]
+    if rows is not None:
+        out.set_shape([rows // size] + tensor.shape.as_list()[1:])
+    return out
 
 
 __all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter"]

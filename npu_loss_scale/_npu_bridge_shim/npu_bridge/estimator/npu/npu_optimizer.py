@@ -1,7 +1,10 @@
-"""Shim of ``npu_bridge.estimator.npu.npu_optimizer`` for a single emulated rank.
+"""Shim of ``npu_bridge.estimator.npu.npu_optimizer``: gradient averaging over the ranks.
 
-At one rank the gradient all-reduce (average over ranks) is the identity, as on the device; with
-RANK_SIZE > 1 computing gradients raises NotImplementedError (no HCCL transport on CPU yet).
+At one rank the gradient all-reduce (average over ranks) is the identity, as on the device. In a
+rank of ``python -m npu_loss_scale.emulate --ranks N`` the gradients are averaged over the N
+processes: TF1 optimizers through ``hccl_ops.allreduce`` in the graph, Keras optimizers
+(``npu_distributed_optimizer_wrapper``, ``KerasDistributeOptimizer``) where their apply runs
+(see :mod:`npu_bridge._keras_ranks`). With RANK_SIZE > 1 outside such a run, NotImplementedError.
 """
 import tensorflow as tf
 
@@ -87,21 +90,30 @@ def NPUOptimizer(opt, loss_scale_manager=None, is_distributed=False, is_loss_sca
 
 
 def npu_distributed_optimizer_wrapper(optimizer):
-    """The optimizer with its gradients all-reduced over the ranks: at one rank, ``optimizer``.
+    """The optimizer with its gradients averaged over the ranks (at one rank: ``optimizer``).
 
-    A TF1 optimizer is wrapped in :class:`NPUDistributedOptimizer`; a Keras optimizer is returned
-    as is at one rank (several ranks: NotImplementedError).
+    A TF1 optimizer is wrapped in :class:`NPUDistributedOptimizer`. A Keras optimizer is returned
+    as the same object; at several emulated ranks (where a name such as ``"sgd"`` is looked up
+    first, as the device does) its gradients are all-reduced (mean) before they are applied:
+    Keras 2 through its ``apply_gradients`` (which ``model.fit`` reaches in a TF1 Keras session
+    and eagerly), Keras 3 through ``apply``.
     """
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         return NPUDistributedOptimizer(optimizer)
-    _ranks.require_single_rank("npu_distributed_optimizer_wrapper")
-    return optimizer
+    from npu_bridge import _keras_ranks  # pylint: disable=import-outside-toplevel
+    if _keras_ranks.cluster("npu_distributed_optimizer_wrapper") is None:
+        return optimizer
+    return _keras_ranks.distribute_keras_optimizer(optimizer, "npu_distributed_optimizer_wrapper")
 
 
 def KerasDistributeOptimizer(optimizer):  # pylint: disable=invalid-name
-    """A Keras optimizer with gradients all-reduced over the ranks: at one rank, itself."""
-    _ranks.require_single_rank("KerasDistributeOptimizer")
-    return optimizer
+    """A Keras optimizer with its gradients averaged over the ranks before they are applied:
+    at one rank, ``optimizer`` itself; at several, the same object with its apply patched (the
+    device returns a new wrapping optimizer; its gradients are the same)."""
+    from npu_bridge import _keras_ranks  # pylint: disable=import-outside-toplevel
+    if _keras_ranks.cluster("KerasDistributeOptimizer") is None:
+        return optimizer
+    return _keras_ranks.distribute_keras_optimizer(optimizer, "KerasDistributeOptimizer")
 
 
 __all__ = ["NPUDistributedOptimizer", "NPUOptimizer", "allreduce", "npu_allreduce",

@@ -1,26 +1,57 @@
-"""Shim of ``npu_device.train.optimizer``: ``NpuLossScaleOptimizer`` is the package's Keras one.
+"""Shim of ``npu_device.train.optimizer``: ``NpuLossScaleOptimizer``, the package's Keras one.
 
-``npu_loss_scale.keras.NpuLossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
-dynamic_growth_steps=None)`` has the TF2 adapter's constructor and ``last_step_finite``, and reads
-the (emulated) float-status register; Keras is imported only when the name is used. As the
-adapter's (TF 2.4/2.6) it takes the optimizers of that time too, legacy ones in TF 2.15 terms
-(``tf.keras.optimizers.legacy``, TensorFlow Addons' ``LAMB``...).
+``NpuLossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
+dynamic_growth_steps=None)`` is :class:`npu_loss_scale.keras.NpuLossScaleOptimizer` (the TF2
+adapter's constructor and ``last_step_finite``; it reads the emulated float-status register)
+which, as the device's does, sums the overflow status over the ranks when the opened device has
+several (a rank of ``python -m npu_loss_scale.emulate --ranks N``): one rank's overflow makes
+every rank skip the step and move its scale the same way. With one rank it decides alone.
+As the adapter's of TF 2.4/2.6 it takes the optimizers of that time too, legacy ones in TF 2.15
+terms (``OptimizerV2``: ``tf.keras.optimizers.legacy``, TensorFlow Addons' ``LAMB``...): those
+give ``NpuLegacyLossScaleOptimizer``, the same on Keras's loss-scale optimizer for them.
+Keras is imported only when the name is used.
 
-With ``python -m npu_loss_scale.emulate --report FILE`` the name gives a subclass that also
-counts, in the same report as npu_bridge's ``NPULossScaleOptimizer``, the optimizers built and
-each step applied or skipped (a host callback after the step's decision; it changes no value).
+With ``python -m npu_loss_scale.emulate --report FILE`` the class also counts, in the same report
+as npu_bridge's ``NPULossScaleOptimizer``, the optimizers built and each step applied or skipped
+(a host callback after the step's decision; it changes no value).
 """
 from npu_bridge._shim import module_getattr as _module_getattr
 
 __all__ = ["NpuLossScaleOptimizer"]
 _missing = _module_getattr(__name__, __all__)
-_counting = []
+_built = {}
 
 
-def _counting_class(base):
-    """``base`` with the emulate report's counting (built once, on first use)."""
-    if _counting:
-        return _counting[0]
+def _agreement_class():
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale import agreement  # pylint: disable=import-outside-toplevel
+    from npu_device import distribute  # pylint: disable=import-outside-toplevel
+    from npu_device.distribute import _collectives  # pylint: disable=import-outside-toplevel
+
+    class RankAgreement(agreement.Agreement):
+        """The device's status all-reduce (sum) over the ranks of the opened device; the status
+        itself when the device has one rank."""
+
+        name = "npu_device"
+
+        def reduce(self, status):
+            device = distribute._cluster_device(  # pylint: disable=protected-access
+                "npu_device.train.optimizer.NpuLossScaleOptimizer", distribute.WORLD_GROUP)
+            if device is None:
+                return status
+            out = _collectives.all_reduce([status], "sum", device.workers_num,
+                                          name=agreement.STATUS_ALLREDUCE_NAME)[0]
+            if not tf.executing_eagerly():
+                agreement._record_reduce(  # pylint: disable=protected-access
+                    out, self.name, _collectives.cluster().timeout,
+                    "TF CollectiveReduceV2 over %d emulated ranks" % device.workers_num)
+            return out
+
+    return RankAgreement
+
+
+def _add_report_counting(cls):
+    """Makes ``cls`` count its optimizers and steps in the emulate report."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from npu_bridge.estimator.npu import npu_loss_scale_optimizer as report  # pylint: disable=import-outside-toplevel
 
@@ -32,49 +63,77 @@ def _counting_class(base):
             tf.numpy_function(report._count_step, [tf.convert_to_tensor(finite)], tf.bool,  # pylint: disable=protected-access
                               stateful=True)
 
-    class NpuLossScaleOptimizer(base):  # pylint: disable=abstract-method
-        __doc__ = base.__doc__
+    init = cls.__init__
 
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            report._note("optimizers_built")  # pylint: disable=protected-access
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        report._note("optimizers_built")  # pylint: disable=protected-access
 
+    cls.__init__ = __init__
+    base = cls.__mro__[1]
     if hasattr(base, "stateless_apply"):           # Keras 3: every step goes through apply()
         def apply(self, grads, trainable_variables=None):
             result = base.apply(self, grads, trainable_variables)
             count(self)
             return result
-        NpuLossScaleOptimizer.apply = apply
+        cls.apply = apply
     else:                                          # Keras 2: through apply_gradients()
-        def counting_apply_gradients(cls_base):
-            def apply_gradients(self, grads_and_vars, *args, **kwargs):
-                result = cls_base.apply_gradients(self, grads_and_vars, *args, **kwargs)
-                count(self)
-                return result
-            return apply_gradients
-        NpuLossScaleOptimizer.apply_gradients = counting_apply_gradients(base)
-        legacy = getattr(base, "_npu_legacy_class", None)
-        if legacy is not None:   # NpuLossScaleOptimizer(legacy OptimizerV2 optimizer)
-            class NpuLegacyLossScaleOptimizer(legacy):  # pylint: disable=abstract-method
-                __doc__ = legacy.__doc__
+        def apply_gradients(self, grads_and_vars, *args, **kwargs):
+            result = base.apply_gradients(self, grads_and_vars, *args, **kwargs)
+            count(self)
+            return result
+        cls.apply_gradients = apply_gradients
 
-                def __init__(self, *args, **kwargs):
-                    super().__init__(*args, **kwargs)
-                    report._note("optimizers_built")  # pylint: disable=protected-access
 
-            NpuLegacyLossScaleOptimizer.apply_gradients = counting_apply_gradients(legacy)
-            NpuLegacyLossScaleOptimizer.__module__ = legacy.__module__
-            NpuLossScaleOptimizer._npu_legacy_class = NpuLegacyLossScaleOptimizer  # pylint: disable=protected-access
-    NpuLossScaleOptimizer.__module__ = base.__module__
-    _counting.append(NpuLossScaleOptimizer)
+def _build():
+    from npu_bridge.estimator.npu import npu_loss_scale_optimizer as report  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale import keras  # pylint: disable=import-outside-toplevel
+    base = keras.NpuLossScaleOptimizer
+    agreement_class = _agreement_class()
+
+    class NpuLossScaleOptimizer(base):  # pylint: disable=abstract-method
+        __doc__ = base.__doc__
+
+        def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
+                     dynamic_growth_steps=None, **kwargs):
+            if "is_distributed" not in kwargs and "agreement" not in kwargs:
+                kwargs.update(is_distributed=True, agreement=agreement_class())
+            super().__init__(inner_optimizer, dynamic, initial_scale, dynamic_growth_steps,
+                             **kwargs)
+
+    NpuLossScaleOptimizer.__module__ = __name__
+    NpuLossScaleOptimizer.__qualname__ = "NpuLossScaleOptimizer"
+    classes = [NpuLossScaleOptimizer]
+    legacy = getattr(base, "_npu_legacy_class", None)
+    if legacy is not None:   # Keras 2: NpuLossScaleOptimizer(an OptimizerV2 optimizer) builds it
+        class NpuLegacyLossScaleOptimizer(legacy):  # pylint: disable=abstract-method
+            __doc__ = legacy.__doc__
+
+            def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
+                         dynamic_growth_steps=None, **kwargs):
+                if "is_distributed" not in kwargs and "agreement" not in kwargs:
+                    kwargs.update(is_distributed=True, agreement=agreement_class())
+                super().__init__(inner_optimizer, dynamic, initial_scale, dynamic_growth_steps,
+                                 **kwargs)
+
+        NpuLegacyLossScaleOptimizer.__module__ = __name__
+        NpuLegacyLossScaleOptimizer.__qualname__ = "NpuLegacyLossScaleOptimizer"
+        NpuLossScaleOptimizer._npu_legacy_class = NpuLegacyLossScaleOptimizer  # pylint: disable=protected-access
+        classes.append(NpuLegacyLossScaleOptimizer)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    for cls in classes:
+        if report._report_path() is not None:  # pylint: disable=protected-access
+            _add_report_counting(cls)
+        try:
+            tf.keras.utils.register_keras_serializable(package="npu_device")(cls)
+        except (AttributeError, ValueError):  # pragma: no cover - registration is a convenience
+            pass
     return NpuLossScaleOptimizer
 
 
 def __getattr__(name):
     if name == "NpuLossScaleOptimizer":
-        from npu_bridge.estimator.npu import npu_loss_scale_optimizer as report  # pylint: disable=import-outside-toplevel
-        from npu_loss_scale.keras import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
-        if report._report_path() is None:  # pylint: disable=protected-access
-            return NpuLossScaleOptimizer
-        return _counting_class(NpuLossScaleOptimizer)
+        if name not in _built:
+            _built[name] = _build()
+        return _built[name]
     return _missing(name)
