@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -171,3 +172,27 @@ def test_a_tf2_script_with_an_optimizer_on_tf_2_4_internals_trains(tmp_path):
     assert seen["dense_grad_is_tensor"] is True and seen["sparse_type"] == "IndexedSlices"
     assert isinstance(seen["cross_replica"], bool) and seen["strategy"]
     assert json.loads(report.read_text())["steps_applied"] == 2
+
+
+@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+def test_npu_device_optimizer_around_a_legacy_optimizer_keeps_the_rank_agreement(npu_shim):  # pylint: disable=unused-argument
+    """npu_device's NpuLossScaleOptimizer agrees over the opened device's ranks by default; the
+    legacy class it builds for an OptimizerV2 does too, and at one rank decides alone."""
+    import npu_device as npu  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    npu.open().as_default()
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.5), initial_scale=4.0)
+    assert type(opt).__name__ == "NpuLegacyLossScaleOptimizer"
+    assert isinstance(opt, NpuLossScaleOptimizer)
+    assert opt._npu_check.is_distributed  # pylint: disable=protected-access
+    weight = tf.Variable([1.0])
+
+    @tf.function
+    def step(grad):
+        opt.apply_gradients([(grad, weight)])
+
+    step(tf.constant([1.0]))
+    assert weight.numpy().tolist() == [0.5] and float(opt.loss_scale) == 4.0
+    step(tf.constant([np.inf], tf.float32))
+    assert weight.numpy().tolist() == [0.5] and float(opt.loss_scale) == 2.0
+    assert not bool(opt.last_step_finite.numpy())
