@@ -47,7 +47,10 @@ Options (before the script):
     :mod:`npu_loss_scale.ascend.tf1`. Without it the script's own files still get the Keras
     module paths that moved since TF 2.6 (``keras.backend_config``,
     ``keras.utils.control_flow_util``, ``tensorflow.python.keras.*``: see
-    :func:`npu_loss_scale.ascend.tf1.moved_keras_module`).
+    :func:`npu_loss_scale.ascend.tf1.moved_keras_module`). In both modes the TF 2.4 names
+    later TensorFlow dropped are added back (``Graph._last_id``, which copies of the adapter's
+    ``npu_ops.py`` read, ``tf.keras.mixed_precision.experimental``, which model-garden code
+    sets its policy through): :mod:`npu_loss_scale.ascend.tf24`.
 
 When no real ``npu_bridge`` is importable, the folder of the CPU shim (packages ``npu_bridge``,
 ``hccl``, ``npu_device``, and ``moxing``, ModelArts' file library on local paths) is appended to
@@ -304,7 +307,7 @@ def main(argv=None):
         tf1.enable([sys.path[0]])  # imports TensorFlow
     else:
         # TF2 scripts of the same corpus import Keras modules from their TF 2.6 locations
-        tf1.enable_keras_paths([sys.path[0]])
+        tf1.enable_keras_paths([sys.path[0]])  # and TF 2.4's names (imports TensorFlow)
 
     if args.saturate_every_op:
         from . import saturation  # imports TensorFlow

@@ -21,6 +21,13 @@ What one step does:
 * ``iterations`` follows the Keras version: Keras 2 counts skipped steps too, Keras 3 only
   applied ones.
 
+Keras 2 (TF 2.15): ``inner_optimizer`` may also be a legacy one (``OptimizerV2``:
+``tf.keras.optimizers.legacy.*``, TensorFlow Addons' optimizers, the ``tf.keras.optimizers`` of
+TF 2.4 that the adapter's scripts subclass); the optimizer is then built on Keras's
+``LossScaleOptimizer`` for those (class ``NpuLegacyLossScaleOptimizer``, an instance of
+``NpuLossScaleOptimizer``), with the same arguments and steps, as Keras's own
+``LossScaleOptimizer(optimizer)`` picks its class from the optimizer's kind.
+
 The class is built on first use from the Keras in ``tf.keras`` (Keras 2's
 ``LossScaleOptimizerV3`` on TF 2.15, ``keras.optimizers.LossScaleOptimizer`` on Keras 3), so
 importing :mod:`npu_loss_scale` does not import Keras. Keras 3 ``model.fit`` with the emulated
@@ -171,6 +178,8 @@ def _build_keras3():
 def _build_keras2():
     lso_module = sys.modules[tf.keras.mixed_precision.LossScaleOptimizer.__module__]
     base = lso_module.LossScaleOptimizerV3
+    legacy_base = lso_module.LossScaleOptimizer          # Keras's, for OptimizerV2
+    legacy_optimizer = lso_module.optimizer_v2.OptimizerV2
     state_base = lso_module._DynamicLossScaleState  # pylint: disable=protected-access
 
     class _NpuLossScaleState(state_base):
@@ -221,21 +230,15 @@ def _build_keras2():
 
             return tf.cond(finite, on_finite, on_overflow), finite
 
-    class NpuLossScaleOptimizer(_NpuProperties, base):  # pylint: disable=abstract-method
-        __doc__ = __doc__
+    class _Keras2(_NpuProperties):
+        """What the two Keras 2 classes share: the package's state in place of Keras's."""
 
-        def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
-                     dynamic_growth_steps=None, *, backend=None, is_distributed=False,
-                     agreement=None):
-            if not isinstance(inner_optimizer, tf.keras.optimizers.Optimizer):
-                raise TypeError("inner_optimizer must be a Keras optimizer of "
-                                "tf.keras.optimizers (for example tf.keras.optimizers.Adam(); "
-                                "legacy ones are not supported); got %r (type %s)"
-                                % (inner_optimizer, type(inner_optimizer).__name__))
+        def _npu_init(self, lso_base, inner_optimizer, dynamic, initial_scale,
+                      dynamic_growth_steps, backend, is_distributed, agreement):
             scale, steps = _check_args(dynamic, initial_scale, dynamic_growth_steps)
             _checks.boolean("is_distributed", is_distributed)
             check = OverflowCheck(backend, is_distributed, agreement)
-            super().__init__(inner_optimizer, dynamic=False, initial_scale=scale)
+            lso_base.__init__(self, inner_optimizer, dynamic=False, initial_scale=scale)
             self._npu_dynamic = dynamic
             self._npu_check = check
             with tf.init_scope():
@@ -266,6 +269,53 @@ def _build_keras2():
                           dynamic_growth_steps=self.dynamic_growth_steps)
             return config
 
+    class NpuLegacyLossScaleOptimizer(_Keras2, legacy_base):  # pylint: disable=abstract-method
+        """``NpuLossScaleOptimizer`` around a legacy (``OptimizerV2``) Keras optimizer, what
+        ``tf.keras.optimizers`` were up to TF 2.10 and ``tf.keras.optimizers.legacy`` (and
+        TensorFlow Addons' optimizers) are since: built on Keras's ``LossScaleOptimizer`` for
+        them, same arguments and behaviour. ``NpuLossScaleOptimizer(legacy_optimizer)`` gives
+        one, and it is an instance of ``NpuLossScaleOptimizer``."""
+
+        def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
+                     dynamic_growth_steps=None, *, backend=None, is_distributed=False,
+                     agreement=None):
+            if not isinstance(inner_optimizer, legacy_optimizer):
+                raise TypeError("inner_optimizer must be a legacy Keras optimizer (of "
+                                "tf.keras.optimizers.legacy); got %r (type %s)"
+                                % (inner_optimizer, type(inner_optimizer).__name__))
+            self._npu_init(legacy_base, inner_optimizer, dynamic, initial_scale,
+                           dynamic_growth_steps, backend, is_distributed, agreement)
+
+    class _Dispatch(type(base)):
+        """``NpuLossScaleOptimizer(legacy_optimizer)`` builds the legacy class (as Keras's
+        ``LossScaleOptimizer`` does), which counts as an ``NpuLossScaleOptimizer``."""
+
+        def __call__(cls, inner_optimizer, *args, **kwargs):
+            if isinstance(inner_optimizer, legacy_optimizer):
+                return cls._npu_legacy_class(inner_optimizer, *args, **kwargs)
+            return super().__call__(inner_optimizer, *args, **kwargs)
+
+        def __instancecheck__(cls, instance):
+            return super().__instancecheck__(instance) or \
+                isinstance(instance, cls._npu_legacy_class)
+
+    class NpuLossScaleOptimizer(_Keras2, base, metaclass=_Dispatch):  # pylint: disable=abstract-method
+        __doc__ = __doc__
+
+        def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
+                     dynamic_growth_steps=None, *, backend=None, is_distributed=False,
+                     agreement=None):
+            if not isinstance(inner_optimizer, tf.keras.optimizers.Optimizer):
+                raise TypeError("inner_optimizer must be a Keras optimizer of "
+                                "tf.keras.optimizers (for example tf.keras.optimizers.Adam()) "
+                                "or of tf.keras.optimizers.legacy; got %r (type %s)"
+                                % (inner_optimizer, type(inner_optimizer).__name__))
+            self._npu_init(base, inner_optimizer, dynamic, initial_scale, dynamic_growth_steps,
+                           backend, is_distributed, agreement)
+
+    NpuLossScaleOptimizer._npu_legacy_class = NpuLegacyLossScaleOptimizer  # pylint: disable=protected-access
+    NpuLegacyLossScaleOptimizer.__module__ = __name__
+    _register(NpuLegacyLossScaleOptimizer)
     NpuLossScaleOptimizer.__module__ = __name__
     return NpuLossScaleOptimizer
 

@@ -21,7 +21,7 @@ requirements_for() {
   case "$1" in
     tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
-    campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece" ;;
+    campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
     *) echo "unknown stack '$1' (accepted: tf215, tf221, campaign)" >&2; return 2 ;;
   esac
 }
@@ -44,10 +44,18 @@ for stack in "${stacks[@]}"; do
     # Scripts of TF 1.15's time use np.float (NumPy < 1.24, hence the numba and contourpy of
     # that time), Image.ANTIALIAS (Pillow < 10), librosa's positional filters.mel (< 0.10) and
     # yaml.load(text) without a Loader (PyYAML < 6); PyYAML 5.4.1 has no wheel for this Python
-    # and builds only with Cython < 3.
+    # and builds only with Cython < 3. tensorflow-datasets 4.9.3 (TF 2.15's time) with
+    # tensorflow-metadata 1.15.0: later tensorflow-metadata needs protobuf 5, TF 2.15 protobuf 4.
+    # absl-py < 2: the TF2 model-garden scripts (Ascend's Transformer, BERT) pass a string as an
+    # enum flag's values, which absl-py 2.0 rejects.
     "$venv/bin/python" -m pip install --quiet "cython<3" wheel 2>&1 | grep -v "is ignored: it is neither" || true
     "$venv/bin/python" -m pip install --quiet --no-build-isolation "pyyaml==5.4.1" 2>&1 | grep -v "is ignored: it is neither" || true
     "$venv/bin/python" -c "import yaml; assert yaml.__version__ == '5.4.1'" || { echo "[setup_env] campaign: PyYAML 5.4.1 did not build" >&2; exit 1; }
+    # NVIDIA's DLLogger (Ascend's TF2 BERT logs through it) is not on PyPI: pip takes it from its
+    # git repository. Without a network it is left out and those scripts stop at its import.
+    if ! "$venv/bin/python" -m pip install --quiet "dllogger @ git+https://github.com/NVIDIA/dllogger@v1.0.0"; then
+      echo "[setup_env] campaign: DLLogger not installed (no network?); Ascend's TF2 BERT scripts import it" >&2
+    fi
   fi
   "$venv/bin/python" -c "import tensorflow, pytest, hypothesis, sklearn" || { echo "[setup_env] $stack: install failed" >&2; exit 1; }
   "$venv/bin/python" -m pip install --quiet --no-deps -e "$here"

@@ -18,7 +18,8 @@ ModelZoo-TensorFlow (nothing of it belongs in this repository). The script
    preparation tools are never chosen; directories with no such file are left out (counted);
 3. draws a seeded random sample of ``N`` model directories among those with an entry script
    (``--list FILE`` instead runs the entry scripts listed in FILE, one path relative to
-   CORPUS_DIR per line, optionally followed by extra arguments);
+   CORPUS_DIR per line, optionally followed by extra arguments, which come after the generic or
+   the recipe's ones; a listed script's model directory gets its recipe too);
 4. runs each, unmodified, as ``python -m npu_loss_scale.emulate --report R [--tf1] script ...``
    from the script's folder with a timeout. ``--tf1`` is passed unless the model directory uses
    the TF2 adapter ``npu_device``. The arguments are generic, never per script: for each flag the
@@ -234,7 +235,9 @@ def generic_arguments(script, data_dir, out_dir):
 
 
 # -- running ------------------------------------------------------------------------------------
-_ERROR_LINE_RE = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|NotFound\w*|Interrupt)\b.*"
+# an exception line: ``[module.]Name: message`` where Name ends as exception names do, bare
+# ``Exception: ...`` included (Keras raises one when a weights download fails)
+_ERROR_LINE_RE = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception|Exit|NotFound\w*|Interrupt)\b.*"
                             r"|[\w.]+Error)$")
 
 
@@ -264,7 +267,8 @@ _CATEGORIES = (  # (category, pattern on the first barrier), first match wins
                                      r"must have a value other than None|KeyError|No such file|"
                                      r"Unable to load|IllegalFlagValue|UnrecognizedFlag|"
                                      r"error: the following arguments are required|"
-                                     r"OutOfRangeError|IndexError|exit code 2")),
+                                     r"OutOfRangeError|IndexError|exit code 2|"
+                                     r"URL fetch failure")),
     ("timeout", re.compile(r"^timeout")),
 )
 
@@ -305,7 +309,11 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None):
     env.update({"RANK_SIZE": "1", "RANK_ID": "0", "DEVICE_ID": "0", "ASCEND_DEVICE_ID": "0",
                 "JOB_ID": "10086", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])})
+    base_path = env["PYTHONPATH"]
     env.update(recipe_env)
+    if recipe_env.get("PYTHONPATH"):  # a model's source root, as its launcher exports it
+        env["PYTHONPATH"] = os.pathsep.join([REPO, recipe_env["PYTHONPATH"]]
+                                            + base_path.split(os.pathsep)[1:])
     start = time.time()
     timed_out = False
     try:
@@ -351,7 +359,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample")
     parser.add_argument("--list", metavar="FILE",
                         help="run these entry scripts instead (paths relative to CORPUS_DIR, "
-                             "optionally followed by extra arguments)")
+                             "optionally followed by extra arguments; recipes apply as in a "
+                             "sample)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per script")
     parser.add_argument("--jobs", type=int, default=1, help="scripts run at once")
     parser.add_argument("--python", default=sys.executable, help="Python running the scripts")
@@ -376,12 +385,16 @@ def main(argv=None):
         parser.error("--jobs must be >= 1; got %d" % args.jobs)
     corpus = os.path.abspath(args.corpus)
     if args.list:
+        known = {} if args.no_recipes else recipes.load_recipes(args.recipes)
         jobs = []
         for line in _read(args.list).splitlines():
             parts = line.split()
             if parts and not parts[0].startswith("#"):
-                jobs.append((os.path.join(corpus, parts[0]), parts[1:], None))
-        print("%d scripts from %s" % (len(jobs), args.list))
+                script = os.path.join(corpus, parts[0])
+                model = os.path.relpath(survey.model_dir(script, corpus), corpus)
+                jobs.append((script, parts[1:], known.get(model)))
+        print("%d scripts from %s; with a recipe: %d"
+              % (len(jobs), args.list, sum(j[2] is not None for j in jobs)))
     else:
         entries = loss_scale_entries(corpus)
         with_entry = sorted(d for d, e in entries.items() if e)

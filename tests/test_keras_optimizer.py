@@ -62,6 +62,55 @@ def test_custom_loop_applies_once_skips_saturated_overflow_and_sets_last_step_fi
     assert var.numpy().tolist() == [-0.5, 0.5]
 
 
+@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
+def test_a_legacy_inner_optimizer_gets_the_legacy_class_with_the_same_steps(traced):
+    """TF 2.4-era optimizers (OptimizerV2: ``tf.keras.optimizers.legacy``, TensorFlow Addons'
+    LAMB) are what the adapter's NpuLossScaleOptimizer wrapped then; they get Keras's
+    LossScaleOptimizer for OptimizerV2 with the package's detection."""
+    var = tf.Variable([1.0, 2.0])
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.5), initial_scale=8.0,
+                                dynamic_growth_steps=2)
+    assert type(opt).__name__ == "NpuLegacyLossScaleOptimizer"
+    assert isinstance(opt, NpuLossScaleOptimizer)
+    assert isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)
+    emulation.npu_clear_float_status_v2()
+
+    def step(mult):
+        _custom_step(opt, var, _saturating_loss(var, mult))
+
+    run = tf.function(step) if traced else step
+    run(tf.constant(1.0))
+    assert var.numpy().tolist() == [0.5, 1.5]
+    assert bool(opt.last_step_finite.numpy()) and float(opt.loss_scale) == 8.0
+    run(tf.constant(1e5))              # saturated forward: register set, step skipped
+    assert var.numpy().tolist() == [0.5, 1.5]
+    assert not bool(opt.last_step_finite.numpy()) and float(opt.loss_scale) == 4.0
+    run(tf.constant(1.0))
+    run(tf.constant(1.0))
+    assert float(opt.loss_scale) == 8.0
+    assert var.numpy().tolist() == [-0.5, 0.5]
+    assert int(opt.iterations.numpy()) == 4    # Keras counts the skipped step too
+    assert float(opt._optimizer._decayed_lr("float32")) == 0.5  # pylint: disable=protected-access
+
+
+@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+def test_a_legacy_inner_optimizer_with_a_fixed_scale_and_its_config():
+    var = tf.Variable([1.0])
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.1), dynamic=False,
+                                initial_scale=64.0)
+    assert opt.dynamic is False and opt.dynamic_growth_steps is None
+    _custom_step(opt, var, lambda: tf.reduce_sum(var) * np.inf)
+    assert var.numpy().tolist() == [1.0] and float(opt.loss_scale) == 64.0
+    _custom_step(opt, var, lambda: tf.reduce_sum(var))
+    np.testing.assert_allclose(var.numpy(), [0.9], rtol=1e-6)
+    again = type(opt).from_config(opt.get_config())
+    assert type(again) is type(opt)
+    assert (again.dynamic, again.initial_scale, again.dynamic_growth_steps) == (False, 64.0, None)
+    with pytest.raises(ValueError, match="initial_scale must be given"):
+        NpuLossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.1), dynamic=False)
+
+
 def test_scale_halves_on_overflow_but_never_below_one():
     var = tf.Variable([1.0])
     opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.1), initial_scale=2.0)
@@ -219,7 +268,7 @@ with strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3),
                                  saturation.Saturate(),
                                  tf.keras.layers.Dense(1, dtype="float32")])
-    opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.001), initial_scale=8.0)
+    opt = NpuLossScaleOptimizer(INNER(0.001), initial_scale=8.0)
     model.compile(optimizer=opt, loss="mse", jit_compile=False)
 x, y = np.ones((8, 4), np.float32), np.zeros((8, 1), np.float32)
 emulation.npu_clear_float_status_v2()
@@ -234,14 +283,18 @@ for name, half in [("second", np.concatenate([x[:4], x[4:] * 1e5])),
 '''
 
 
-def test_an_overflow_on_the_second_replica_only_skips_the_step():
+@pytest.mark.parametrize("inner", [
+    "tf.keras.optimizers.SGD",
+    pytest.param("tf.keras.optimizers.legacy.SGD", marks=pytest.mark.skipif(
+        KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers"))])
+def test_an_overflow_on_the_second_replica_only_skips_the_step(inner):
     # Two logical CPUs must be configured before TensorFlow initialises its devices: a fresh
     # process. Each replica has its own register; only the second one's half saturates first.
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
-    out = subprocess.run([sys.executable, "-c", _TWO_REPLICAS], capture_output=True, text=True,
-                         env=env, check=False)
+    out = subprocess.run([sys.executable, "-c", _TWO_REPLICAS.replace("INNER", inner)],
+                         capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     results = [line.split()[1:] for line in out.stdout.splitlines()
                if line.startswith("RESULT")]

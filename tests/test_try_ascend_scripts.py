@@ -125,6 +125,15 @@ def test_entry_scripts_and_generic_arguments_are_chosen_from_the_scripts_own_def
     assert mod.first_barrier("x\nTraceback (most recent call last):\n  File \"a\", line 1\n"
                              "    import foo\nModuleNotFoundError: No module named 'foo'\n", 1) \
         == "ModuleNotFoundError: No module named 'foo'"
+    fetch = ("Exception: URL fetch failure on https://example.org/w_notop.h5: None -- [Errno -2] "
+             "Name or service not known")
+    barrier = mod.first_barrier(
+        "Traceback (most recent call last):\n  File \"a\", line 1\nurllib.error.URLError: "
+        "<urlopen error [Errno -2]>\n\nDuring handling of the above exception, another "
+        "exception occurred:\n\nTraceback (most recent call last):\n  File \"b\", line 2\n"
+        + fetch + "\n", 1)
+    assert barrier == fetch
+    assert mod.barrier_category({"outcome": "failed", "barrier": barrier}) == "data or arguments"
     data = mod.make_synthetic_data(str(tmp_path / "data"), records=3)
     import gzip  # pylint: disable=import-outside-toplevel
     with gzip.open(os.path.join(data, "train-images-idx3-ubyte.gz")) as handle:
@@ -246,6 +255,66 @@ def test_a_recipe_gives_a_script_its_arguments_and_data_and_is_counted_apart(tmp
     assert generic["recipe"] is None and generic["outcome"] == "failed"
     assert "with a recipe: 0 of 0 trained; generic arguments only: 0 of 1 trained" in stdout
 
+
+
+def test_a_listed_script_gets_its_recipe_and_the_lines_extra_arguments_come_last(tmp_path):
+    """--list FILE: the listed script's model directory has a recipe, which gives it its data
+    and arguments; the line's own argument is appended after them (here it overrides one)."""
+    root = str(tmp_path / "zoo")
+    _write(root, "E_ID0005_for_TensorFlow2.X/modelzoo_level.txt", "x\n")
+    _write(root, "E_ID0005_for_TensorFlow2.X/src/zoo_words.py", """
+        def count(path):
+            return len(open(path).read().split())
+        """)
+    _write(root, "E_ID0005_for_TensorFlow2.X/nets/train.py", """
+        import argparse
+        import sys
+        import tensorflow as tf
+        import npu_loss_scale
+        import zoo_words
+        from npu_bridge.npu_init import *
+        p = argparse.ArgumentParser()
+        p.add_argument("--words", required=True)
+        p.add_argument("--steps", type=int, default=100)
+        args = p.parse_args()
+        n = zoo_words.count(args.words)
+        print("package under test:", npu_loss_scale.__file__, file=sys.stderr)
+        w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+        opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.1),
+                                    FixedLossScaleManager(8))
+        op = opt.minimize(w * w * n)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(args.steps):
+                sess.run(op)
+        """)
+    recipes = str(tmp_path / "recipes")
+    _write(recipes, "e_recipe.py", """
+        import os
+        from ascend_recipes import write_text
+        MODEL_DIR = "E_ID0005_for_TensorFlow2.X"
+        def prepare(ctx):
+            words = write_text(ctx.path("words.txt"), "a b c\\n")
+            return (["--words=" + words, "--steps=3"],
+                    {"PYTHONPATH": os.path.join(ctx.model_dir, "src")})
+        """)
+    listing = _write(str(tmp_path), "list.txt", """
+        # one script, one extra argument
+        E_ID0005_for_TensorFlow2.X/nets/train.py --steps=2
+        """)
+    results_file = str(tmp_path / "results.json")
+    out = subprocess.run([sys.executable, TRY, root, "--list", listing, "--recipes", recipes,
+                          "--timeout", "240", "--json", results_file], env=_env(),
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "1 scripts from %s; with a recipe: 1" % listing in out.stdout
+    with open(results_file, encoding="utf-8") as handle:
+        result = json.load(handle)[0]
+    assert result["recipe"] == "e_recipe.py" and result["outcome"] == "trained"
+    assert result["args"][1:] == ["--steps=3", "--steps=2"]
+    assert result["report"]["steps_applied"] == 2
+    assert "package under test: %s\n" % os.path.join(REPO, "npu_loss_scale", "__init__.py") \
+        in result["stderr_tail"]
 
 def test_recipe_helpers_write_what_tensorflow_reads(tmp_path):
     sys.path.insert(0, os.path.join(REPO, "scripts"))

@@ -40,6 +40,10 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   library ``tf.contrib.slim``/``layers`` map to, whose 1.1.0 release still reads
   ``ops.Tensor``, ``control_flow_ops.cond`` and ``normalization.BatchNormalization``.
 
+* TF 2.4 names later TensorFlow dropped (``Graph._last_id``,
+  ``tf.keras.mixed_precision.experimental``): :mod:`npu_loss_scale.ascend.tf24`, in TF1 mode
+  and for TF2 scripts alike.
+
 What is not done yet: most of ``learn``, ``quantize``, ``opt`` contrib pieces, ``image`` beyond
 ``transform``/``translate``/``rotate``, ``distributions`` beyond ``percentile``.
 """
@@ -187,7 +191,9 @@ def moved_keras_module(name):
       to ``keras.src[.x]``, the modules ``tf.keras`` is made of;
     * ``keras.x`` where TF 2.6's Keras had a module (``keras.layers.core``,
       ``keras.backend_config``, ``keras.utils.control_flow_util``, ``keras.engine``, ...) and the
-      installed Keras 2 has it under ``keras.src.x`` (tried only when ``keras.x`` is missing).
+      installed Keras 2 has it under ``keras.src.x`` (tried only when ``keras.x`` is missing);
+      ``keras.optimizer_v2[.x]`` (TF 2.6's optimizers) under ``keras.src.optimizers.legacy``,
+      its ``utils`` and ``learning_rate_schedule`` where Keras 2.15 keeps them.
 
     With Keras 3 (TF 2.16 and later) nothing is mapped: its modules are laid out differently.
     """
@@ -199,8 +205,24 @@ def moved_keras_module(name):
             rest = rest[len("._impl.keras"):]
         return "keras.src" + rest
     if name.startswith("keras.") and not name.startswith("keras.src."):
+        if name in _KERAS_RELOCATED:
+            return _KERAS_RELOCATED[name]
+        for old, new in _KERAS_RELOCATED.items():
+            if name.startswith(old + "."):
+                return new + name[len(old):]
         return "keras.src" + name[len("keras"):]
     return None
+
+
+# TF 2.6 Keras modules that Keras 2.13+ keeps elsewhere than under ``keras.src`` + the same path
+# (the optimizers of TF 2.6, ``OptimizerV2``, are Keras 2.15's legacy ones): exact names first,
+# then as prefixes
+_KERAS_RELOCATED = {
+    "keras.optimizer_v2.utils": "keras.src.optimizers.utils",
+    "keras.optimizer_v2.learning_rate_schedule":
+        "keras.src.optimizers.schedules.learning_rate_schedule",
+    "keras.optimizer_v2": "keras.src.optimizers.legacy",
+}
 
 
 def _keras_fromlist(module, name, fromlist):
@@ -291,6 +313,8 @@ def _import_moved(original, name, target, globals_, locals_, fromlist):
     if fromlist:
         if target in sys.modules:
             original(target, globals_, locals_, fromlist, 0)  # imports the submodules named
+        if _is_keras_path(name):   # from keras.optimizer_v2 import utils: moved apart
+            return _keras_fromlist(module, name, fromlist)
         return module
     parts = name.split(".")
     value = module
@@ -313,7 +337,10 @@ _MOVED_NAMES = {
     _OPS: {"Tensor": "Tensor", "IndexedSlices": "IndexedSlices",
            "IndexedSlicesValue": "IndexedSlicesValue",
            "register_tensor_conversion_function": "register_tensor_conversion_function",
-           "convert_to_tensor_v2": "convert_to_tensor", "name_scope_v2": "name_scope"},
+           "convert_to_tensor_v2": "convert_to_tensor", "name_scope_v2": "name_scope",
+           "convert_to_tensor_v2_with_dispatch": "convert_to_tensor"},
+    # a module folded into distribute_lib in TF 2.14 (:data:`_MOVED_MODULES`)
+    "tensorflow.python.distribute.distribution_strategy_context": {},
     # TF 1.15's control_flow_ops.cond/case/while_loop/Assert are the v1 functions
     "tensorflow.python.ops.control_flow_ops": {
         "cond": "compat.v1.cond", "case": "compat.v1.case", "while_loop": "compat.v1.while_loop",
@@ -330,6 +357,25 @@ _MOVED_NAMES = {
 }
 
 
+# TF 1.15 / 2.4 internal modules TF 2.x removed, and the module that holds their names now
+# (``distribution_strategy_context``: imported by 9 ModelZoo files; gone in TF 2.14)
+_MOVED_MODULES = {
+    "tensorflow.python.distribute.distribution_strategy_context":
+        "tensorflow.python.distribute.distribute_lib",
+}
+
+
+def _real_module(name):
+    """Module ``name``, or where its names are now when TensorFlow removed it."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if name not in _MOVED_MODULES or err.name != name:
+            raise
+        return importlib.import_module(_MOVED_MODULES[name])
+
+
 def _module_with_moved_names(name):
     """Internal module ``name`` as user code sees it: TF 2.x's module plus the TF 1.15 names
     that moved out of it (:data:`_MOVED_NAMES`)."""
@@ -338,7 +384,7 @@ def _module_with_moved_names(name):
         import importlib  # pylint: disable=import-outside-toplevel
         import types  # pylint: disable=import-outside-toplevel
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        real = importlib.import_module(name)
+        real = _real_module(name)
         moved = _MOVED_NAMES[name]
 
         class _WithMovedNames(types.ModuleType):
@@ -380,7 +426,10 @@ def _import_with_moved_names(original, name, globals_, locals_, fromlist):
     import x``, ``from a.b import m``), or None when ``name`` is not one."""
     import importlib  # pylint: disable=import-outside-toplevel
     if name in _MOVED_NAMES:
-        original(name, globals_, locals_, fromlist, 0)
+        if name in _MOVED_MODULES:
+            _real_module(name)
+        else:
+            original(name, globals_, locals_, fromlist, 0)
         value = _module_with_moved_names(name)
         if fromlist:
             return value
@@ -428,8 +477,12 @@ def _import_keras_path(original, name, globals_, locals_, fromlist):
 
 def enable_keras_paths(user_roots):
     """For scripts run without TF1 mode (TF2 scripts): only the moved Keras module paths of
-    :func:`moved_keras_module` resolve, in files under ``user_roots`` (idempotent; TF1 mode,
-    which does this too, takes precedence)."""
+    :func:`moved_keras_module` and the moved TensorFlow names and modules of
+    :data:`_MOVED_NAMES` (``ops.Tensor``, ``distribution_strategy_context``, ...) resolve, in
+    files under ``user_roots`` (idempotent; TF1 mode, which does this too, takes precedence);
+    the TF 2.4 names of :mod:`.tf24` are added."""
+    from . import tf24  # pylint: disable=import-outside-toplevel
+    tf24.enable()
     roots = [os.path.abspath(r) for r in user_roots]
     if "import" in _state or "keras_import" in _state:
         _state["roots"][:] = roots
@@ -438,9 +491,13 @@ def enable_keras_paths(user_roots):
     _state["roots"] = roots
 
     def keras_paths_import(name, globals=None, locals=None, fromlist=(), level=0):  # pylint: disable=redefined-builtin
-        if level == 0 and _is_keras_path(name) and globals is not None \
+        if level == 0 and globals is not None \
                 and _is_user_file(globals.get("__file__"), _state["roots"]):
-            return _import_keras_path(original, name, globals, locals, fromlist)
+            module = _import_with_moved_names(original, name, globals, locals, fromlist)
+            if module is not None:
+                return module
+            if _is_keras_path(name):
+                return _import_keras_path(original, name, globals, locals, fromlist)
         return original(name, globals, locals, fromlist, level)
 
     builtins.__import__ = keras_paths_import
@@ -452,6 +509,8 @@ def enable(user_roots):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     roots = [os.path.abspath(r) for r in user_roots]
     tf.compat.v1.disable_v2_behavior()
+    from . import tf24  # pylint: disable=import-outside-toplevel
+    tf24.enable()
     v1 = tf.compat.v1
     if not hasattr(v1, "contrib"):
         from .tf1_contrib import contrib  # pylint: disable=import-outside-toplevel

@@ -18,7 +18,9 @@ One module per model directory, named freely (``bert_google_finetune.py``), with
 ``prepare(ctx)``
     writes the synthetic data under ``ctx.work`` and returns ``(args, env)``: the script's
     command-line arguments (a list of strings; ``ctx.generic_args`` holds the generic ones, to
-    extend or replace) and extra environment variables (a dict, may be empty).
+    extend or replace) and extra environment variables (a dict, may be empty). A
+    ``PYTHONPATH`` there (folders of the model its launcher puts on the path) comes after the
+    package under test, which stays first.
 ``TIMEOUT`` (optional)
     seconds this script gets instead of ``--timeout``: for scripts whose steps take minutes on a
     CPU at the sizes they fix themselves, or that train until stopped.

@@ -6,6 +6,9 @@ adapter's constructor and ``last_step_finite``; it reads the emulated float-stat
 which, as the device's does, sums the overflow status over the ranks when the opened device has
 several (a rank of ``python -m npu_loss_scale.emulate --ranks N``): one rank's overflow makes
 every rank skip the step and move its scale the same way. With one rank it decides alone.
+As the adapter's of TF 2.4/2.6 it takes the optimizers of that time too, legacy ones in TF 2.15
+terms (``OptimizerV2``: ``tf.keras.optimizers.legacy``, TensorFlow Addons' ``LAMB``...): those
+give ``NpuLegacyLossScaleOptimizer``, the same on Keras's loss-scale optimizer for them.
 Keras is imported only when the name is used.
 
 With ``python -m npu_loss_scale.emulate --report FILE`` the class also counts, in the same report
@@ -100,14 +103,32 @@ def _build():
 
     NpuLossScaleOptimizer.__module__ = __name__
     NpuLossScaleOptimizer.__qualname__ = "NpuLossScaleOptimizer"
-    if report._report_path() is not None:  # pylint: disable=protected-access
-        _add_report_counting(NpuLossScaleOptimizer)
+    classes = [NpuLossScaleOptimizer]
+    legacy = getattr(base, "_npu_legacy_class", None)
+    if legacy is not None:   # Keras 2: NpuLossScaleOptimizer(an OptimizerV2 optimizer) builds it
+        class NpuLegacyLossScaleOptimizer(legacy):  # pylint: disable=abstract-method
+            __doc__ = legacy.__doc__
+
+            def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
+                         dynamic_growth_steps=None, **kwargs):
+                if "is_distributed" not in kwargs and "agreement" not in kwargs:
+                    kwargs.update(is_distributed=True, agreement=agreement_class())
+                super().__init__(inner_optimizer, dynamic, initial_scale, dynamic_growth_steps,
+                                 **kwargs)
+
+        NpuLegacyLossScaleOptimizer.__module__ = __name__
+        NpuLegacyLossScaleOptimizer.__qualname__ = "NpuLegacyLossScaleOptimizer"
+        NpuLossScaleOptimizer._npu_legacy_class = NpuLegacyLossScaleOptimizer  # pylint: disable=protected-access
+        classes.append(NpuLegacyLossScaleOptimizer)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    try:
-        return tf.keras.utils.register_keras_serializable(package="npu_device")(
-            NpuLossScaleOptimizer)
-    except (AttributeError, ValueError):  # pragma: no cover - registration is a convenience
-        return NpuLossScaleOptimizer
+    for cls in classes:
+        if report._report_path() is not None:  # pylint: disable=protected-access
+            _add_report_counting(cls)
+        try:
+            tf.keras.utils.register_keras_serializable(package="npu_device")(cls)
+        except (AttributeError, ValueError):  # pragma: no cover - registration is a convenience
+            pass
+    return NpuLossScaleOptimizer
 
 
 def __getattr__(name):
