@@ -9,12 +9,12 @@ BERT config, and gives the launcher's arguments (``--optimizer_type=lamb``,
 launcher does, it puts the model's root on ``PYTHONPATH``; the script runs from the recipe's
 work folder.
 
-It never trains through ``NpuLossScaleOptimizer``: in ``official/modeling/performance.py`` the
-``configure_optimizer`` that wraps the optimizer in npu_device's ``NpuLossScaleOptimizer`` sits
-inside a string literal; the one in effect wraps it in Keras's own ``LossScaleOptimizer``, and
-only with ``--dtype=fp16``, which no launcher passes. Before its first step it stops at
-``npu_device.distribute.all_reduce(grads, "mean")``: the SQuAD head leaves the pooler without
-gradients (``None``), and the emulated ``all_reduce`` does not pass ``None`` through.
+It trains its 2 steps and exits cleanly, but never through ``NpuLossScaleOptimizer``: in
+``official/modeling/performance.py`` the ``configure_optimizer`` that wraps the optimizer in
+npu_device's ``NpuLossScaleOptimizer`` sits inside a string literal; the one in effect wraps it
+in Keras's own ``LossScaleOptimizer``, and only with ``--dtype=fp16``, which no launcher passes.
+(Its ``npu_device.distribute.all_reduce(grads, "mean")`` gets ``None`` for the pooler, which the
+SQuAD head leaves without gradients; the emulated all-reduce passes ``None`` through.)
 """
 import json
 import os
