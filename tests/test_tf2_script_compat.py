@@ -161,7 +161,8 @@ def test_a_tf2_script_gets_the_tf_internals_tf_2_14_moved(tmp_path):
     assert printed == [True] * 7
 
 
-@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers: keras.optimizer_v2 is unmapped")
+@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers: keras."
+                    "optimizer_v2 is unmapped")
 def test_a_tf2_script_with_an_optimizer_on_tf_2_4_internals_trains(tmp_path):
     """Before: ModuleNotFoundError: No module named 'keras.optimizer_v2' (then the
     distribution_strategy_context import and the ops names); now its OptimizerV2 subclass trains
