@@ -158,15 +158,18 @@ def _fused(tensors, run_one):
     return out
 
 
+def _prepare(what, tensors):
+    """The group's keys for ``what``, the tensors' dtypes, and the tensors as carried."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    return _keys(what), [t.dtype for t in tensors], [_carried(t, what) for t in tensors]
+
+
 def all_reduce(tensors, reduction, workers_num, name=None):
     """``tensors`` (a list) reduced over the ranks; ``mean`` divides the sum by ``workers_num``
     (floats keep their dtype, integers give the float quotient, as on the device)."""
     from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
-    what = "npu_device.distribute.all_reduce"
-    group_key, next_key, size, device, timeout = _keys(what)
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
-    originals = [t.dtype for t in tensors]
-    carried = [_carried(t, what) for t in tensors]
+    (group_key, next_key, size, device, timeout), originals, carried = _prepare(
+        "npu_device.distribute.all_reduce", tensors)
 
     def run_one(flat):
         with tf.device(device):
@@ -192,11 +195,8 @@ def all_reduce(tensors, reduction, workers_num, name=None):
 def broadcast(tensors, root_rank, my_rank):
     """``tensors`` (a list) of rank ``root_rank``, on every rank (exact bits)."""
     from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
-    what = "npu_device.distribute.broadcast"
-    group_key, next_key, size, device, timeout = _keys(what)
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
-    originals = [t.dtype for t in tensors]
-    carried = [_carried(t, what) for t in tensors]
+    (group_key, next_key, size, device, timeout), originals, carried = _prepare(
+        "npu_device.distribute.broadcast", tensors)
 
     def run_one(flat):
         with tf.device(device):
