@@ -248,7 +248,9 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
         return self._opt.get_slot(main if main is not None else var, name)
 
     def get_slot_names(self):
-        return self._opt.get_slot_names()
+        """None of its own: the slots are the inner optimizer's (see
+        ``NPULossScaleOptimizer.get_slot_names``)."""
+        return []
 
     def variables(self):
         return self._opt.variables() + [main for _, main in self.main_params()]

@@ -282,7 +282,12 @@ class NPULossScaleOptimizer(_Base):
         return self._optimizer.get_slot(var, name)
 
     def get_slot_names(self):
-        return self._optimizer.get_slot_names()
+        """The wrapper's own slots: none (as TensorFlow's and contrib's loss-scale optimizers).
+
+        The slots live in the inner optimizer (``get_slot`` reaches them;
+        ``inner_optimizer.get_slot_names()`` lists them). Listing them here too would make
+        ``tf.train.Checkpoint`` meet each slot twice, which it refuses."""
+        return []
 
     def __getattr__(self, attr):
         inner = self.__dict__.get("_optimizer")

@@ -233,7 +233,8 @@ def test_name_and_attribute_fall_through(graph):
     v = tf.compat.v1.get_variable("v", initializer=1.0)
     opt.minimize(v * 2.0)
     assert opt.get_slot(v, "m") is inner.get_slot(v, "m") is not None
-    assert opt.get_slot_names() == ["m", "v"]
+    assert inner.get_slot_names() == ["m", "v"]
+    assert opt.get_slot_names() == []   # the slots are the inner optimizer's, saved once
 
 
 def test_optimizer_state_save_and_restore(tmp_path):
