@@ -41,7 +41,10 @@ any mismatch was found, after printing each failing case's parameters.
 import argparse
 import json
 import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -265,7 +268,54 @@ def make_case(seed, index, frontends=FRONTENDS, steps=None):
     else:
         case["rule"] = {"name": "keras", "init": float(2.0 ** int(rng.integers(0, 20))),
                         "growth_steps": int(rng.integers(1, 10))}
+    _draw_extremes(rng, case)
     return case
+
+
+# Where the rules meet float32's limits. Drawn after everything else, so the draws above keep
+# their values for every (seed, index).
+EXTREMES = ("ceiling", "floor", "overflow_run")
+TAMPERS = ("nan", "inf", "zero", "negative", "below_min", "wrong_shape")
+
+
+def _draw_extremes(rng, case):
+    """Sometimes moves a case to an edge of the scale's range, and sometimes makes it restore a
+    tampered checkpoint of its loss-scale state at one step (then the untampered one)."""
+    rule, pick = case["rule"], rng.random()
+    case["extreme"] = None
+    dynamic = rule["name"] in ("exponential", "megatron_dynamic", "torch", "keras")
+    if dynamic and pick < 0.12:
+        # grow every step from just below the top of float32: 2**126 and 2**127 are reached
+        case["extreme"] = "ceiling"
+        case["dtype"] = "float32" if rng.random() < 0.5 else "bfloat16"
+        case["overflow_rate"] = 0.05
+        start = float(2.0 ** int(rng.integers(122, 127)))
+        if rule["name"] == "exponential":
+            rule.update(init=start, incr_every=1, incr_ratio=2.0)
+        elif rule["name"] == "megatron_dynamic":
+            rule.update(init=start, growth_interval=1, growth_factor=2.0)
+        elif rule["name"] == "torch":
+            rule.update(init=start, growth_interval=1)
+        else:
+            rule.update(init=start, growth_steps=1)
+    elif dynamic and pick < 0.22:
+        # long runs of overflowed steps: the rule backs off to its floor (GradScaler, which has
+        # no floor of 1, starts near the bottom of float32's normal range and goes below it)
+        case["extreme"] = "floor" if rule["name"] == "torch" else "overflow_run"
+        case["overflow_rate"] = 0.9
+        if rule["name"] == "torch":
+            rule.update(init=float(2.0 ** int(rng.integers(-126, -100))))
+    elif dynamic and pick < 0.30:
+        case["extreme"] = "overflow_run"
+        case["overflow_rate"] = 0.7
+    case["tamper"] = None
+    if rule["name"] in ("exponential", "megatron_dynamic", "torch", "keras") \
+            and rng.random() < 0.2:
+        kinds = [k for k in TAMPERS
+                 if k != "below_min" or rule["name"] in ("exponential", "megatron_dynamic")]
+        case["tamper"] = {"at": int(rng.integers(1, max(2, case["steps"]))),
+                          "kind": kinds[int(rng.integers(len(kinds)))],
+                          "which": int(rng.integers(1 << 16))}
 
 
 def make_schedule(case):
@@ -465,11 +515,12 @@ class Tally:
     def __init__(self):
         self.steps = self.micro_batches = self.injected = self.skipped = self.applied = 0
         self.natural = self.ambiguous = self.reference_checked = self.cases = 0
-        self.subnormal = 0
+        self.subnormal = self.tampered = 0
         self.mismatches = 0
         self.failures = []
         self.by_frontend = {}
         self.by_kind = {k: 0 for k in KINDS}
+        self.extremes = {}
 
     def fail(self, case, step, what):
         self.mismatches += 1
@@ -479,7 +530,7 @@ class Tally:
     def as_dict(self):
         return {k: getattr(self, k) for k in (
             "cases", "steps", "micro_batches", "injected", "skipped", "applied", "natural",
-            "ambiguous", "reference_checked", "subnormal", "mismatches")}
+            "ambiguous", "reference_checked", "subnormal", "tampered", "mismatches")}
 
 
 def _same_bits(a, b):
@@ -526,6 +577,61 @@ def check_step(tally, case, step, before, after, applied, expect_apply, ref_afte
         got = scale_state.get(key)
         if got is None or float(got) != float(want):
             tally.fail(case, step, "scale state %s is %r, the twin has %r" % (key, got, want))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tampered checkpoints
+# ---------------------------------------------------------------------------------------------
+_SCALE_KEY = re.compile(r"(^|/)(loss_scale|scale|current_loss_scale|_scale)(/|$)")
+_COUNTER_KEY = re.compile(r"(^|/)(good_steps|bad_steps|growth_tracker|_growth_tracker|counter"
+                          r"|dynamic_counter)(/|$)")
+
+
+def scale_state_keys(prefix):
+    """The checkpoint's keys of loss-scale state: ([scale keys], [counter keys])."""
+    keys = sorted(tf.train.load_checkpoint(prefix).get_variable_to_dtype_map())
+    return ([k for k in keys if _SCALE_KEY.search(k)], [k for k in keys if _COUNTER_KEY.search(k)])
+
+
+def _tampered_value(value, kind, rule):
+    value = np.asarray(value)
+    if kind == "wrong_shape":
+        return np.stack([value, value])
+    if kind == "negative":
+        return np.asarray(-3 if value.dtype.kind == "i" else -2.0, value.dtype)
+    floats = {"nan": np.nan, "inf": np.inf, "zero": 0.0,
+              "below_min": float(rule.get("min_scale", 1.0)) / 2.0}
+    return np.asarray(floats[kind], value.dtype)
+
+
+def tamper_checkpoint(prefix, out_prefix, tamper, rule):
+    """Writes ``out_prefix``: the checkpoint ``prefix`` with one loss-scale value replaced by an
+    impossible one (``tamper["kind"]``). Returns the key changed, or None when the checkpoint
+    holds no value that kind applies to."""
+    scales, counters = scale_state_keys(prefix)
+    kind = tamper["kind"]
+    candidates = counters + scales if kind in ("negative", "wrong_shape") else scales
+    if not candidates:
+        return None
+    key = candidates[tamper["which"] % len(candidates)]
+    reader = tf.train.load_checkpoint(prefix)
+    dtypes = reader.get_variable_to_dtype_map()
+    names = sorted(dtypes)
+    tensors = []
+    for name in names:
+        value = reader.get_tensor(name)
+        if name == key:
+            value = _tampered_value(value, kind, rule)
+        tensors.append(tf.constant(value, dtype=dtypes[name]))
+    tf.raw_ops.SaveV2(prefix=out_prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=tensors)
+    return key
+
+
+def _short_name(key):
+    """``opt/loss_scale/.ATTRIBUTES/VARIABLE_VALUE`` -> ``loss_scale``."""
+    name = key.split("/.", 1)[0]
+    return name.rsplit("/", 1)[-1].lstrip("_")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,12 +732,17 @@ class _Runner:
         case, tally = self.case, self.tally
         schedule = make_schedule(case)
         tally.cases += 1
+        if case.get("extreme"):
+            tally.extremes[case["extreme"]] = tally.extremes.get(case["extreme"], 0) + 1
         fe = tally.by_frontend.setdefault(case["frontend"], {"cases": 0, "steps": 0,
                                                              "injected": 0, "skipped": 0})
         fe["cases"] += 1
         last = case["accumulation"] - 1
         after = None
+        tamper = case.get("tamper")
         for item in schedule:
+            if tamper and item["step"] == tamper["at"]:
+                after = self.restore_tampered(item, after)
             scale = self.twin_scale()
             natural = natural_overflow(case, scale, [feed for feed, _ in item["micros"]])
             micro_grads = []
@@ -678,6 +789,55 @@ class _Runner:
 
     def close(self):
         pass
+
+    # -- a tampered checkpoint: refused (at restore or at the next step), nothing half-applied --
+    # subclasses: save(prefix), restore(prefix), clear_register()
+    def restore_tampered(self, item, after):
+        case, tally, step = self.case, self.tally, item["step"]
+        state = self.read() if after is None else after
+        folder = tempfile.mkdtemp(prefix="nls-fuzz-ckpt-")
+        try:
+            good = self.save(os.path.join(folder, "good"))
+            key = tamper_checkpoint(good, os.path.join(folder, "bad"), case["tamper"],
+                                    case["rule"])
+            if key is None:
+                tally.fail(case, step, "the checkpoint holds no loss-scale state to tamper "
+                           "(keys: %s)" % sorted(tf.train.load_checkpoint(good)
+                                                 .get_variable_to_dtype_map()))
+                return state
+            tally.tampered += 1
+            probe = dict(item["micros"][0][0])
+            probe.update(inj=np.ones_like(probe["inj"]), z=np.zeros_like(probe["z"]),
+                         reg=False, cond=False)
+            try:
+                self.restore(os.path.join(folder, "bad"))
+                self.run_micro(probe)
+            except Exception as error:  # pylint: disable=broad-except
+                message = str(error)
+                if _short_name(key) not in message:
+                    tally.fail(case, step, "tampered %s (%s) refused, but the error does not "
+                               "name it: %s" % (key, case["tamper"]["kind"], message[:600]))
+            else:
+                tally.fail(case, step, "a checkpoint with %s %s restored and stepped without "
+                           "an error" % (key, case["tamper"]["kind"]))
+            self.clear_register()
+            self.restore(good)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        restored = self.read()
+        for name, value in state.items():
+            if name in restored and not _same_bits(value, restored[name]):
+                tally.fail(case, step, "%s differs after restoring the untampered checkpoint"
+                           % name)
+        for key_, want in self.twin.state().items():
+            got = self.scale_state().get(key_)
+            if got is None or float(got) != float(want):
+                tally.fail(case, step, "after the restores, scale state %s is %r, the twin has "
+                           "%r" % (key_, got, want))
+        return restored
+
+    def clear_register(self):
+        self.nls.emulation.npu_clear_float_status_v2()
 
 
 class NpuGraphRunner(_Runner):
@@ -770,6 +930,8 @@ class NpuGraphRunner(_Runner):
                 g = self.graph
                 self.scale_fetch["good_steps"] = g.get_tensor_by_name("good_steps:0")
                 self.scale_fetch["bad_steps"] = g.get_tensor_by_name("bad_steps:0")
+        self.saver = tf.compat.v1.train.Saver()
+        self.clear_op = nls.emulation.npu_clear_float_status_v2()
         init = tf.compat.v1.global_variables_initializer()
         self.sess = tf.compat.v1.Session(graph=self.graph)
         self.sess.run(init)
@@ -797,6 +959,17 @@ class NpuGraphRunner(_Runner):
         if self.megatron_dynamic:
             return self.manager.state_dict(session=self.sess)
         return self.sess.run(self.scale_fetch)
+
+    def save(self, prefix):
+        with self.graph.as_default():
+            return self.saver.save(self.sess, prefix, write_meta_graph=False)
+
+    def restore(self, prefix):
+        with self.graph.as_default():
+            self.saver.restore(self.sess, prefix)
+
+    def clear_register(self):
+        self.sess.run(self.clear_op)
 
     def close(self):
         self.sess.close()
@@ -843,6 +1016,20 @@ class _EagerV1Runner(_Runner):
     def was_applied(self, before, after):
         return int(after["global_step"]) == int(before["global_step"]) + 1
 
+    def checkpoint(self):
+        """A tf.train.Checkpoint of everything a training script would save."""
+        return tf.train.Checkpoint(variables=list(self.variables), global_step=self.global_step,
+                                   **self.checkpointed())
+
+    def checkpointed(self):
+        raise NotImplementedError
+
+    def save(self, prefix):
+        return self.checkpoint().write(prefix)
+
+    def restore(self, prefix):
+        self.checkpoint().read(prefix).expect_partial()
+
 
 class NpuFunctionRunner(_EagerV1Runner):
     """NPULossScaleOptimizer inside a tf.function (TF2 variables, eager state)."""
@@ -869,6 +1056,9 @@ class NpuFunctionRunner(_EagerV1Runner):
 
     def _v1_inner(self):
         return self.opt.inner_optimizer
+
+    def checkpointed(self):
+        return {"optimizer": self.opt}
 
     def counters(self):
         return {"global_step": (self.global_step.numpy(), self.applied),
@@ -910,6 +1100,9 @@ class GradScalerRunner(_EagerV1Runner):
 
     def _v1_inner(self):
         return self.opt
+
+    def checkpointed(self):
+        return {"optimizer": self.opt, "scaler": self.scaler}
 
     def counters(self):
         return {"global_step": (self.global_step.numpy(), self.applied)}
@@ -968,6 +1161,15 @@ class KerasRunner(_Runner):
     def scale_state(self):
         return {"loss_scale": float(self.opt.loss_scale.numpy())}
 
+    def _checkpoint(self):
+        return tf.train.Checkpoint(variables=list(self.variables), optimizer=self.opt)
+
+    def save(self, prefix):
+        return self._checkpoint().write(prefix)
+
+    def restore(self, prefix):
+        self._checkpoint().read(prefix).expect_partial()
+
 
 RUNNERS = {"npu_graph": NpuGraphRunner, "npu_function": NpuFunctionRunner,
            "megatron": NpuGraphRunner, "grad_scaler": GradScalerRunner, "keras": KerasRunner}
@@ -1025,6 +1227,9 @@ def report(tally, seed, out=sys.stdout):
              tally.ambiguous, tally.mismatches), file=out)
     print("  injected by kind: " + ", ".join("%s %d" % kv for kv in tally.by_kind.items()),
           file=out)
+    print("  cases at an extreme: " + ", ".join("%s %d" % (k, tally.extremes.get(k, 0))
+                                               for k in EXTREMES)
+          + "; tampered checkpoints restored %d" % tally.tampered, file=out)
     for name, fe in sorted(tally.by_frontend.items()):
         print("  %-13s cases %4d  steps %6d  injected %5d  skipped %5d"
               % (name, fe["cases"], fe["steps"], fe["injected"], fe["skipped"]), file=out)
