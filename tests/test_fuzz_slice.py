@@ -21,6 +21,22 @@ SEED = 12
 # Cases per front end (graph cases are cheap; a traced or eager case pays its tracing once).
 SLICE = {"npu_graph": ([0, 1, 2], 30), "megatron": ([0, 1, 2], 30),
          "npu_function": ([0], 40), "grad_scaler": ([0], 40), "keras": ([0], 40)}
+# More seeds, fewer steps each: a campaign proves what its seeds cover.
+MORE_SEEDS = (1, 2, 7, 23)
+EDGE_STEPS = 24
+
+
+def _edge_cases(seed, frontend, limit=400):
+    """Indices of the first case at each extreme and of the first tampered case, of
+    ``frontend`` in campaign ``seed`` (drawn, not run)."""
+    found = {}
+    for index in range(limit):
+        case = fuzz_campaign.make_case(seed, index, (frontend,))
+        kinds = ([case["extreme"]] if case["extreme"] else []) \
+            + (["tamper"] if case["tamper"] else [])
+        for kind in kinds:
+            found.setdefault(kind, index)
+    return found
 
 
 def _run(frontends, steps, steps_per_case, seed=SEED, cases=None):
@@ -39,6 +55,35 @@ def test_a_seeded_slice_finds_no_mismatch(frontend):
     assert tally.injected > 0 and tally.skipped >= 1 and tally.applied > 0, text
     assert tally.reference_checked > 0, text
     assert "mismatches 0" in text
+
+
+@pytest.mark.parametrize("seed", MORE_SEEDS)
+@pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
+def test_more_seeds_find_no_mismatch(frontend, seed):
+    cases, per_case = SLICE[frontend]
+    tally, text = _run([frontend], None, max(12, per_case // 3), seed=seed, cases=cases[:1])
+    assert tally.mismatches == 0, text
+    assert tally.steps > 0 and tally.reference_checked + tally.skipped > 0, text
+
+
+@pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
+def test_cases_at_the_edges_and_tampered_restores_find_no_mismatch(frontend):
+    """Each extreme the front end's rule can reach and a tampered checkpoint, a few steps each
+    (the tamper moved into those steps)."""
+    found = _edge_cases(SEED, frontend)
+    assert "tamper" in found and "ceiling" in found, found
+    tally = fuzz_campaign.Tally()
+    out = io.StringIO()
+    for kind, index in sorted(found.items()):
+        case = fuzz_campaign.make_case(SEED, index, (frontend,), steps=EDGE_STEPS)
+        if kind == "tamper":
+            case["tamper"]["at"] = min(case["tamper"]["at"], EDGE_STEPS // 2)
+        elif case["tamper"]:
+            case["tamper"] = None
+        fuzz_campaign.run_case(case, tally)
+    fuzz_campaign.report(tally, SEED, out)
+    assert tally.mismatches == 0, out.getvalue()
+    assert tally.tampered == 1, out.getvalue()
 
 
 def test_cases_are_reproducible_from_seed_and_index():
