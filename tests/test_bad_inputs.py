@@ -672,7 +672,8 @@ CASES = [
          r"max_lr must be a finite real number >= 0\.0; got nan", graph=False),
     # GradScaler / OptimizerThread
     case("grad-scaler-init-scale-nan", GS, lambda c: lambda: nls.GradScaler(init_scale=NAN),
-         ValueError, r"init_scale must be a finite real number > 0; got nan", graph=False),
+         ValueError, r"init_scale must be a finite real number >= 1\.1754944e-38 \(float32's "
+         r"smallest normal number\) and <= 3\.4028235e38 .*got nan", graph=False),
     case("grad-scaler-growth-below-one", GS, lambda c: lambda: nls.GradScaler(growth_factor=0.5),
          ValueError, r"growth_factor must be > 1; got 0\.5", graph=False),
     case("grad-scaler-interval-zero", GS, lambda c: lambda: nls.GradScaler(growth_interval=0),

@@ -48,6 +48,7 @@ function is traced, so call ``scale``/``step``/``update`` of one iteration in th
 import collections.abc
 import enum
 import numbers
+import sys
 import threading
 
 import numpy as np
@@ -55,6 +56,14 @@ import tensorflow as tf
 
 from .. import _checks
 from ._overflow import OverflowCheck
+
+# The scale's range. MIN_SCALE is float32's smallest normal number (2**-126): backing off stops
+# there, since a subnormal scale is flushed to zero by CPU kernels and 1/0 would turn every
+# unscaled gradient into inf or NaN. MAX_SCALE is float32's largest finite number.
+MIN_SCALE = float(np.finfo(np.float32).tiny)
+MAX_SCALE = float(np.finfo(np.float32).max)
+SCALE_ACCEPTED = ">= 1.1754944e-38 (float32's smallest normal number) and <= 3.4028235e38 " \
+                 "(float32's largest)"
 
 
 class OptState(enum.Enum):
@@ -122,8 +131,7 @@ class GradScaler(tf.Module):
                  agreement=None, name="grad_scaler"):
         super().__init__(name=name)
         enabled = _checks.boolean("enabled", enabled)
-        init_scale = _checks.real_number("init_scale", init_scale, minimum=0.0,
-                                         min_inclusive=False, accepted="> 0")
+        init_scale = self._check_scale(init_scale)
         growth_factor = self._check_growth_factor(growth_factor)
         backoff_factor = self._check_backoff_factor(backoff_factor)
         growth_interval = _checks.positive_int("growth_interval", growth_interval)
@@ -154,6 +162,11 @@ class GradScaler(tf.Module):
                                                     trainable=False, name="growth_interval")
 
     # -- checks ---------------------------------------------------------------------------------
+    @staticmethod
+    def _check_scale(value, name="init_scale"):
+        return _checks.real_number(name, value, minimum=MIN_SCALE, maximum=MAX_SCALE,
+                                   accepted=SCALE_ACCEPTED)
+
     @staticmethod
     def _check_growth_factor(value, name="growth_factor"):
         return _checks.real_number(name, value, minimum=1.0, min_inclusive=False,
@@ -320,6 +333,9 @@ class GradScaler(tf.Module):
             # submit() or by a main-thread unscale_()); it is never read twice.
             register = iteration.register
         unscaled, bad = self._check.check_and_unscale(gradients, inv_scale)
+        # torch checks the unscaled gradients: a finite scaled gradient can still become inf
+        # when unscaled (a large gradient at a scale below 1).
+        bad = bad + self._check.count_bad(unscaled)
         found = bad if register is None else bad + register
         state["found_inf"] = self._check.agree(tf.cast(found > 0, tf.float32))
         state["stage"] = OptState.UNSCALED
@@ -426,20 +442,22 @@ class GradScaler(tf.Module):
             known = tf.get_static_value(value)
             if known is not None:   # eager, or a constant while tracing: refuse it now
                 return tf.constant(GradScaler._check_new_scale_number(float(known)))
-            message = "new_scale must be a finite real number > 0"
-            checks = [tf.debugging.assert_all_finite(value, message),
-                      tf.debugging.assert_positive(value, message=message)]
+            message = "new_scale must be a finite real number " + SCALE_ACCEPTED
+            checks = [tf.debugging.assert_greater_equal(value, MIN_SCALE, message=message),
+                      tf.debugging.assert_less_equal(value, MAX_SCALE, message=message)]
             with tf.control_dependencies(checks):
                 return tf.identity(value)
         return GradScaler._check_new_scale_number(new_scale)
 
     @staticmethod
     def _check_new_scale_number(new_scale):
-        return _checks.real_number("new_scale", new_scale, minimum=0.0, min_inclusive=False,
-                                   accepted="> 0 (a Python number or a scalar tensor)")
+        return _checks.real_number("new_scale", new_scale, minimum=MIN_SCALE, maximum=MAX_SCALE,
+                                   accepted=SCALE_ACCEPTED + " (a Python number or a scalar "
+                                   "tensor)")
 
     def _apply_rules(self, found):
-        """torch's update rule on the variables, as ops (eager or traced)."""
+        """torch's update rule on the variables, as ops (eager or traced), with one addition: a
+        backoff never takes the scale below ``MIN_SCALE`` (an overflow there warns instead)."""
         scale = tf.convert_to_tensor(self._scale)
         tracker = tf.convert_to_tensor(self._growth_tracker)
         overflow = found > 0
@@ -447,12 +465,16 @@ class GradScaler(tf.Module):
         grow = tf.logical_and(tf.logical_not(overflow),
                               tf.equal(successful, tf.convert_to_tensor(self._growth_interval)))
         grown = scale * tf.convert_to_tensor(self._growth_factor)
-        new_scale = tf.where(overflow, scale * tf.convert_to_tensor(self._backoff_factor),
+        backed_off = tf.maximum(scale * tf.convert_to_tensor(self._backoff_factor),
+                                tf.constant(MIN_SCALE, tf.float32))
+        new_scale = tf.where(overflow, backed_off,
                              tf.where(tf.logical_and(grow, tf.math.is_finite(grown)), grown,
                                       scale))
         new_tracker = tf.where(tf.logical_or(overflow, grow), tf.zeros_like(tracker), successful)
+        stuck = tf.cond(tf.logical_and(overflow, scale <= MIN_SCALE),
+                        lambda: _warn_stuck_at_min_scale(scale), lambda: tf.constant(False))
         return tf.group(self._scale.assign(new_scale, read_value=False),
-                        self._growth_tracker.assign(new_tracker, read_value=False))
+                        self._growth_tracker.assign(new_tracker, read_value=False), stuck)
 
     # -- getters and setters --------------------------------------------------------------------
     def get_scale(self):
@@ -563,8 +585,7 @@ class GradScaler(tf.Module):
                            % ", ".join(missing))
         self._sync()
         # Everything is checked before anything is assigned: a failed load changes nothing.
-        scale = _checks.real_number("state_dict['scale']", state_dict["scale"], minimum=0.0,
-                                    min_inclusive=False, accepted="> 0")
+        scale = self._check_scale(state_dict["scale"], "state_dict['scale']")
         growth = self._check_growth_factor(state_dict["growth_factor"],
                                            "state_dict['growth_factor']")
         backoff = self._check_backoff_factor(state_dict["backoff_factor"],
@@ -580,6 +601,17 @@ class GradScaler(tf.Module):
         self._growth_tracker.assign(tracker)
         self._py.main_scale = scale
         self._py.main_factors = (growth, backoff, interval)
+
+
+def _warn_stuck_at_min_scale(scale):
+    """Prints (to stderr, once per update) that an overflow happened at the smallest scale."""
+    message = tf.print("npu_loss_scale WARNING: GradScaler: gradients overflowed at the smallest "
+                       "scale", scale, "(float32's smallest normal number); the scale cannot go "
+                       "lower and the step is skipped. The gradients overflow whatever the "
+                       "scale: look for an inf or NaN in the model or the loss.",
+                       output_stream=sys.stderr)
+    with tf.control_dependencies([message]):
+        return tf.constant(True)
 
 
 def _non_negative_int(name, value):
