@@ -120,3 +120,59 @@ def test_a_scale_outside_float32_normal_range_is_refused_everywhere(value):
 
 def test_the_smallest_normal_scale_itself_is_accepted():
     assert nls.GradScaler(init_scale=TINY).get_scale() == TINY
+
+
+# -- a checkpoint that restores an impossible state --------------------------------------------
+def _tampered_checkpoint(tmp_path, **values):
+    """A tf.train.Checkpoint of a GradScaler whose variables were assigned ``values`` directly
+    (as an edited or foreign checkpoint would hold them)."""
+    source = nls.GradScaler(init_scale=8.0)
+    for name, value in values.items():
+        getattr(source, "_" + name).assign(value)
+    return tf.train.Checkpoint(scaler=source).save(str(tmp_path / "ckpt"))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
+@pytest.mark.parametrize("name, value, shown, accepted", [
+    ("scale", np.nan, "nan", ">= 1.1754944e-38"),
+    ("scale", np.inf, "inf", ">= 1.1754944e-38"),
+    ("scale", 0.0, "0", ">= 1.1754944e-38"),
+    ("scale", -4.0, "-4", ">= 1.1754944e-38"),
+    ("scale", 2.0 ** -140, "(7.17e-43|0)", ">= 1.1754944e-38"),   # subnormal (flushed in a graph)
+    ("growth_tracker", -3, "-3", "an integer >= 0"),
+    ("growth_factor", 0.5, "0.5", "a finite number > 1"),
+    ("backoff_factor", 1.0, "1", r"a number in \(0, 1\)"),
+    ("growth_interval", 0, "0", "an integer >= 1"),
+])
+def test_a_restored_impossible_state_is_refused_before_anything_is_applied(
+        tmp_path, traced, name, value, shown, accepted):
+    path = _tampered_checkpoint(tmp_path, **{name: value})
+    scaler = nls.GradScaler()
+    tf.train.Checkpoint(scaler=scaler).restore(path)
+    w = tf.Variable([1.0, 2.0])
+    opt = tf.keras.optimizers.SGD(0.1)
+    step = tf.function(_train_step) if traced else _train_step
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"(?s)GradScaler: variable %s \(.*\) holds.*%s.*accepted: .*%s"
+                       % (name, shown, accepted)):
+        step(scaler, opt, w, tf.constant(False))
+    assert w.numpy().tolist() == [1.0, 2.0]
+    assert int(opt.iterations.numpy()) == 0
+
+
+def test_a_restored_impossible_state_is_refused_by_the_optimizer_thread(tmp_path):
+    path = _tampered_checkpoint(tmp_path, scale=np.nan)
+    scaler = nls.GradScaler()
+    tf.train.Checkpoint(scaler=scaler).restore(path)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="variable scale .* holds"):
+        nls.OptimizerThread(scaler)
+
+
+def test_a_checkpoint_of_a_good_state_still_restores_and_trains(tmp_path):
+    path = _tampered_checkpoint(tmp_path, scale=TINY, growth_tracker=3)
+    scaler = nls.GradScaler()
+    tf.train.Checkpoint(scaler=scaler).restore(path).assert_consumed()
+    w = tf.Variable([1.0, 2.0])
+    _train_step(scaler, tf.keras.optimizers.SGD(0.1), w, tf.constant(False))
+    np.testing.assert_allclose(w.numpy(), [0.8, 1.6], rtol=1e-6)
+    assert scaler.state_dict()["_growth_tracker"] == 4

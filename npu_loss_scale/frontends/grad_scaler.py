@@ -217,6 +217,7 @@ class GradScaler(tf.Module):
             self._py.thread = thread
             self._py.main_ident = threading.get_ident()
             if self._py.enabled:
+                self._state_checks()      # eager: raises on a state restored from a bad checkpoint
                 self._py.main_scale = float(self._scale.numpy())
                 self._py.main_factors = (float(self._growth_factor.numpy()),
                                          float(self._backoff_factor.numpy()),
@@ -244,7 +245,38 @@ class GradScaler(tf.Module):
             if iteration.scale is None:
                 iteration.scale = self._py.main_scale
             return tf.constant(iteration.scale, tf.float32)
-        return tf.convert_to_tensor(self._scale)
+        with tf.control_dependencies(self._state_checks()):
+            return tf.identity(self._scale)
+
+    def _state_checks(self):
+        """Assert ops refusing a state the constructor and ``load_state_dict`` would refuse.
+
+        ``tf.train.Checkpoint`` assigns the variables without asking the scaler, so a tampered
+        or foreign checkpoint can restore a NaN, zero or negative scale, or a negative growth
+        count; the first ``scale``/``unscale_``/``step``/``update`` after such a restore fails
+        (``InvalidArgumentError`` naming the variable, its value and what is accepted) before
+        anything is applied.
+        """
+        rules = (
+            ("scale", self._scale, lambda v: (v >= MIN_SCALE) & (v <= MAX_SCALE),
+             "a float32 " + SCALE_ACCEPTED),
+            ("growth_tracker", self._growth_tracker, lambda v: v >= 0, "an integer >= 0"),
+            ("growth_factor", self._growth_factor, lambda v: (v > 1.0) & (v <= MAX_SCALE),
+             "a finite number > 1"),
+            ("backoff_factor", self._backoff_factor, lambda v: (v > 0.0) & (v < 1.0),
+             "a number in (0, 1)"),
+            ("growth_interval", self._growth_interval, lambda v: v >= 1, "an integer >= 1"),
+        )
+        checks = []
+        for name, variable, accepted, text in rules:
+            value = tf.convert_to_tensor(variable)
+            checks.append(tf.debugging.Assert(
+                accepted(value),
+                ["GradScaler: variable %s (%s) holds" % (name, variable.name), value,
+                 "; accepted: %s. Was it restored from a checkpoint that was altered or not "
+                 "written by a GradScaler? Restore another checkpoint or call "
+                 "load_state_dict()." % text], name="check_" + name))
+        return checks
 
     def scale(self, outputs):
         """Multiplies a tensor, or every tensor of a (nested) iterable, by the scale.
@@ -458,8 +490,9 @@ class GradScaler(tf.Module):
     def _apply_rules(self, found):
         """torch's update rule on the variables, as ops (eager or traced), with one addition: a
         backoff never takes the scale below ``MIN_SCALE`` (an overflow there warns instead)."""
-        scale = tf.convert_to_tensor(self._scale)
-        tracker = tf.convert_to_tensor(self._growth_tracker)
+        with tf.control_dependencies(self._state_checks()):
+            scale = tf.identity(self._scale)
+            tracker = tf.identity(self._growth_tracker)
         overflow = found > 0
         successful = tracker + 1
         grow = tf.logical_and(tf.logical_not(overflow),
