@@ -96,7 +96,93 @@ class _Iteration:
 
     def state_for(self, optimizer):
         return self.states.setdefault(id(optimizer), {"stage": OptState.READY, "found_inf": None,
-                                                      "optimizer": optimizer})
+                                                      "optimizer": optimizer,
+                                                      "handed_out": None})
+
+    def stop_recording(self):
+        """Stops the eager records of ``unscale_`` started on the calling thread."""
+        for state in self.states.values():
+            if state["handed_out"] is not None:
+                state["handed_out"].stop_recording()
+
+
+class _HandedOut:
+    """What ``unscale_`` received (scaled) and returned (unscaled) for one optimizer.
+
+    In torch, ``unscale_`` works in place and ``step`` uses ``.grad``: code ported line by line
+    ignores ``unscale_``'s result and hands the *scaled* gradients (perhaps clipped) to ``step``,
+    which would apply them still multiplied by the scale. ``step`` asks this record whether any
+    gradient it gets was computed from the scaled ones other than through ``unscale_``'s result:
+
+    * in a graph (``tf.function``), by walking the ops' inputs back from each gradient, stopping
+      at ``unscale_``'s results;
+    * eagerly, through a ``GradientTape`` that watches the scaled gradients from the moment
+      ``unscale_`` returns (its results are not connected to them on that tape) until ``step``,
+      ``OptimizerThread.submit`` or ``update`` on the same thread stops it.
+    """
+
+    def __init__(self, scaled, unscaled):
+        self.scaled = _floating_values(scaled)
+        self.unscaled = _floating_values(unscaled)
+        self.tape = None
+        if tf.executing_eagerly() and self.scaled:
+            self.thread = threading.get_ident()
+            self.tape = tf.GradientTape(persistent=True, watch_accessed_variables=False)
+            self.tape.__enter__()      # pylint: disable=unnecessary-dunder-call
+            self.tape.watch(self.scaled)
+
+    def stop_recording(self):
+        if self.tape is not None and self.thread == threading.get_ident() and \
+                self.tape._recording:  # pylint: disable=protected-access
+            self.tape.__exit__(None, None, None)
+
+    def refuse_scaled(self, grads_and_vars):
+        """Raises RuntimeError when a gradient was computed from the scaled gradients."""
+        self.stop_recording()
+        suspects = [(g, v) for g, v in grads_and_vars
+                    if g is not None and _values(g).dtype.is_floating]
+        if self.tape is None:
+            if tf.executing_eagerly():
+                return     # unscale_() was traced, step() is eager: update() refuses the mix
+            offenders = [v for g, v in suspects if self._graph_reaches_scaled(_values(g))]
+        elif self.tape._recording:  # pylint: disable=protected-access
+            raise RuntimeError("step() after unscale_() on another thread: call "
+                               "OptimizerThread.submit() (or step()) on the thread that called "
+                               "unscale_() first")
+        elif self._tape_reaches_scaled([_values(g) for g, _ in suspects]):   # one pass first
+            offenders = [v for g, v in suspects if self._tape_reaches_scaled([_values(g)])]
+        else:
+            offenders = []
+        if offenders:
+            raise RuntimeError(
+                "step(): the gradient given for %s was computed from the scaled gradients passed "
+                "to unscale_(), not from the unscaled ones unscale_() returned, and would be "
+                "applied still multiplied by the loss scale. TensorFlow tensors do not change in "
+                "place as torch's .grad does: write grads = scaler.unscale_(optimizer, grads), "
+                "then clip and pass those grads to step()."
+                % ", ".join(repr(getattr(v, "name", v)) for v in offenders))
+
+    def _tape_reaches_scaled(self, tensors):
+        if any(t is s for t in tensors for s in self.scaled):
+            return True
+        grads = self.tape.gradient(tensors, self.scaled,
+                                   unconnected_gradients=tf.UnconnectedGradients.NONE)
+        return any(g is not None for g in grads)
+
+    def _graph_reaches_scaled(self, tensor):
+        stop = {t.ref() for t in self.unscaled}
+        scaled = {t.ref() for t in self.scaled}
+        seen, todo = set(), [tensor]
+        while todo:
+            t = todo.pop()
+            key = t.ref()
+            if key in seen or key in stop:
+                continue
+            if key in scaled:
+                return True
+            seen.add(key)
+            todo.extend(t.op.inputs)
+        return False
 
 
 def _is_tensor_like(value):
@@ -349,7 +435,9 @@ class GradScaler(tf.Module):
                                "last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        return self._unscale(iteration, state, grads)
+        unscaled = self._unscale(iteration, state, grads)
+        state["handed_out"] = _HandedOut(grads, unscaled)
+        return unscaled
 
     def _unscale(self, iteration, state, grads):
         gradients, variables, pairs = self._split(grads)
@@ -407,6 +495,8 @@ class GradScaler(tf.Module):
                             % (grads_and_vars[:3],))
         if state["stage"] is OptState.READY:
             grads_and_vars = self._unscale(iteration, state, grads_and_vars)
+        else:
+            state["handed_out"].refuse_scaled(grads_and_vars)
         found = state["found_inf"]
         state["stage"] = OptState.STEPPED
         if tf.executing_eagerly():
@@ -457,6 +547,7 @@ class GradScaler(tf.Module):
             result = self._scale.assign(tf.cast(new_scale, tf.float32), read_value=False)
         else:
             result = self._apply_rules(tf.add_n([tf.convert_to_tensor(f) for f in found_infs]))
+        self._py.iteration.stop_recording()
         self._py.iteration = _Iteration()
         return result
 
@@ -669,6 +760,21 @@ def _same_context(tensor):
     except AttributeError:
         return eager_now
     return (not eager_now) and graph is tf.compat.v1.get_default_graph()
+
+
+def _values(grad):
+    return grad.values if isinstance(grad, tf.IndexedSlices) else tf.convert_to_tensor(grad)
+
+
+def _floating_values(grads):
+    """The floating value tensors of a list of gradients or of (gradient, variable) pairs."""
+    out = []
+    for g in grads:
+        if isinstance(g, tuple) and len(g) == 2:
+            g = g[0]
+        if g is not None and _values(g).dtype.is_floating:
+            out.append(_values(g))
+    return out
 
 
 def _flat_tensors(grads):
