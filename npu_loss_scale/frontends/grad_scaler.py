@@ -29,12 +29,19 @@ Example (eager; the same code runs inside ``tf.function``)::
 Rules (torch's, where RoundPipe's documentation is silent):
 
 * ``update()``: an overflow in any optimizer's gradients this iteration multiplies the scale by
-  ``backoff_factor`` once and zeroes the growth count; otherwise the count grows by one, and when
-  it reaches ``growth_interval`` the scale is multiplied by ``growth_factor`` (only if the result
-  is finite) and the count restarts from zero. ``update(new_scale)`` sets the scale and leaves the
-  count alone.
+  ``backoff_factor`` once, but never below ``MIN_SCALE`` (2**-126, float32's smallest normal
+  number; an overflow there prints a warning), and zeroes the growth count; otherwise the count
+  grows by one, and when it reaches ``growth_interval`` the scale is multiplied by
+  ``growth_factor`` (only if the result is finite) and the count restarts from zero.
+  ``update(new_scale)`` sets the scale and leaves the count alone. The twin of this rule:
+  :class:`npu_loss_scale.reference_grad_scaler.GradScalerTwin`.
+* An overflow is found in the scaled gradients (see below) or in the unscaled ones (inf/NaN).
 * ``unscale_`` twice, ``step`` twice, or ``unscale_`` after ``step`` for one optimizer in one
   iteration raise ``RuntimeError``; ``update()`` with no ``step``/``unscale_`` before it raises.
+  ``step`` after ``unscale_`` raises ``RuntimeError`` when a gradient was computed from the scaled
+  gradients given to ``unscale_`` rather than from its result (torch's in-place habit).
+* A state restored by ``tf.train.Checkpoint`` that the constructor would refuse (a NaN or zero
+  scale, a negative growth count...) fails the next ``scale``/``unscale_``/``step``/``update``.
 * ``enabled=False``: ``scale`` returns its input, ``unscale_`` returns the gradients as given,
   ``step`` calls ``optimizer.apply_gradients`` and returns its result, ``update`` does nothing,
   ``get_scale()`` is 1.0, ``state_dict()`` is ``{}``.
