@@ -176,3 +176,15 @@ def test_a_checkpoint_of_a_good_state_still_restores_and_trains(tmp_path):
     _train_step(scaler, tf.keras.optimizers.SGD(0.1), w, tf.constant(False))
     np.testing.assert_allclose(w.numpy(), [0.8, 1.6], rtol=1e-6)
     assert scaler.state_dict()["_growth_tracker"] == 4
+
+
+def test_a_wrong_shaped_scale_is_refused_by_the_restore_itself(tmp_path):
+    """TensorFlow's own check (documented in docs/grad_scaler.md): the restore raises naming
+    scale:0 and both shapes; the scale keeps its value."""
+    foreign = tf.Module()
+    foreign._scale = tf.Variable([1.0, 2.0])   # pylint: disable=protected-access
+    path = tf.train.Checkpoint(scaler=foreign).save(str(tmp_path / "ckpt"))
+    scaler = nls.GradScaler(init_scale=8.0)
+    with pytest.raises(ValueError, match=r"shape \(2,\) .*shape \(\) and name scale:0"):
+        tf.train.Checkpoint(scaler=scaler).restore(path)
+    assert scaler.get_scale() == 8.0
