@@ -151,7 +151,8 @@ class _HandedOut:
         if self.tape is None:
             if tf.executing_eagerly():
                 return     # unscale_() was traced, step() is eager: update() refuses the mix
-            offenders = [v for g, v in suspects if self._graph_reaches_scaled(_values(g))]
+            safe = {t.ref() for t in self.unscaled}
+            offenders = [v for g, v in suspects if self._graph_reaches_scaled(_values(g), safe)]
         elif self.tape._recording:  # pylint: disable=protected-access
             raise RuntimeError("step() after unscale_() on another thread: call "
                                "OptimizerThread.submit() (or step()) on the thread that called "
@@ -176,19 +177,21 @@ class _HandedOut:
                                    unconnected_gradients=tf.UnconnectedGradients.NONE)
         return any(g is not None for g in grads)
 
-    def _graph_reaches_scaled(self, tensor):
-        stop = {t.ref() for t in self.unscaled}
+    def _graph_reaches_scaled(self, tensor, safe):
+        """Walks the ops' inputs back from ``tensor``; ``safe`` holds tensors known not to lead
+        to the scaled gradients (``unscale_``'s results, then every tensor of a clean walk)."""
         scaled = {t.ref() for t in self.scaled}
         seen, todo = set(), [tensor]
         while todo:
             t = todo.pop()
             key = t.ref()
-            if key in seen or key in stop:
+            if key in seen or key in safe:
                 continue
             if key in scaled:
                 return True
             seen.add(key)
             todo.extend(t.op.inputs)
+        safe.update(seen)
         return False
 
 
