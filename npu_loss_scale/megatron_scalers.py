@@ -334,6 +334,9 @@ class DynamicGradScaler(MegatronGradScaler):
       max_overflows_at_min_scale: optional integer >= 1, see above (default None: warn only).
     """
 
+    # update() warns itself when stuck at min_scale; NPULossScaleOptimizer then does not.
+    warns_when_stuck = True
+
     def __init__(self, initial_scale, min_scale, growth_factor, backoff_factor, growth_interval,
                  hysteresis, *, max_scale=None, consecutive_hysteresis=False,
                  max_overflows_at_min_scale=None):

@@ -290,9 +290,13 @@ class NPULossScaleOptimizer(_Base):
         return []
 
     def __getattr__(self, attr):
+        """Public attributes the wrapper lacks come from the inner optimizer; private ones
+        (``_name``) do not: a misspelt private name must not reach a different object."""
         inner = self.__dict__.get("_optimizer")
-        if inner is None or attr.startswith("__"):
-            raise AttributeError(attr)
+        if inner is None or attr.startswith("_"):
+            raise AttributeError("%r object has no attribute %r%s" % (
+                type(self).__name__, attr, " (private attributes are not forwarded to the inner "
+                "optimizer)" if inner is not None and attr.startswith("_") else ""))
         return getattr(inner, attr)
 
     # -- per-graph state ----------------------------------------------------------------------
@@ -567,8 +571,11 @@ class NPULossScaleOptimizer(_Base):
             count = skipped.add(tf.cast(overflowed, tf.int64))
         before.extend([scale, skipped_before])
         skipped_after = skipped_before + tf.cast(overflowed, tf.int64)
-        stuck = tf.cond(tf.logical_and(overflowed, scale <= 1.0),
-                        lambda: self._warn_stuck(scale), lambda: tf.constant(False))
+        if getattr(self._manager, "warns_when_stuck", False):
+            stuck = tf.constant(False)        # the manager's update() warns (once per step)
+        else:
+            stuck = tf.cond(tf.logical_and(overflowed, scale <= 1.0),
+                            lambda: self._warn_stuck(scale), lambda: tf.constant(False))
         report = {"loss_scale": scale, "next_loss_scale": next_scale,
                   "finite": finite if self._check_overflow else None,
                   "skipped_steps": skipped_after,

@@ -58,6 +58,7 @@ KINDS = ("inf", "nan", "saturated", "register", "cond")
 DTYPES = ("float16", "bfloat16", "float32")
 F32 = np.float32
 F32_MAX = float(np.finfo(np.float32).max)
+F32_TINY = np.finfo(np.float32).tiny      # float32's smallest normal number, 2**-126
 DTYPE_MAX = {"float16": 65504.0, "bfloat16": float(np.float32(3.3895313892515355e38)),
              "float32": F32_MAX}
 
@@ -157,7 +158,7 @@ class MegatronDynamicTwin:
 
 
 class TorchScalerTwin:
-    """torch.amp.GradScaler's update rule."""
+    """torch.amp.GradScaler's update rule; backoff stops at float32's smallest normal number."""
 
     def __init__(self, init, growth_factor, backoff_factor, growth_interval):
         self.scale, self.tracker = F32(init), 0
@@ -166,7 +167,8 @@ class TorchScalerTwin:
 
     def step(self, overflowed):
         if overflowed:
-            self.scale = F32(self.scale * self.backoff_factor)
+            with np.errstate(under="ignore"):
+                self.scale = max(F32(self.scale * self.backoff_factor), F32_TINY)
             self.tracker = 0
         else:
             self.tracker += 1
@@ -445,17 +447,32 @@ def reciprocal_is_subnormal(scale):
     return F32(1.0) / F32(scale) < np.finfo(np.float32).tiny
 
 
+def scaled_product(dt, s, a):
+    """The scaled gradient ``s * a`` as TensorFlow's CPU kernels compute it in ``dt``.
+
+    A bfloat16 or float32 product is computed in float32, and a float32 result below float32's
+    smallest normal number is flushed to zero (the kernels run with flush-to-zero): at a scale
+    near 2**-126 small gradients vanish. float16 products round to float16, whose subnormals are
+    kept.
+    """
+    with np.errstate(under="ignore"):
+        product = (s * round_to(dt, a)).astype(np.float32)
+    if dt in ("bfloat16", "float32"):
+        product = np.where(np.abs(product) < F32_TINY, np.copysign(F32(0.0), product), product)
+    return round_to(dt, product)
+
+
 def unscaled_grads(case, feed, scale, recip):
     """Per variable: dense float32 gradient (the embedding's as (indices, values) too)."""
     dt = case["dtype"]
     s = round_to(dt, F32(scale))
     grads = []
     for i, a in enumerate(feed["a"]):
-        g = round_to(dt, s * round_to(dt, a))
+        g = scaled_product(dt, s, a)
         grads.append((g * recip).astype(np.float32))
     sparse = None
     if case["sparse"]:
-        g = round_to(dt, s * round_to(dt, feed["sa"]))
+        g = scaled_product(dt, s, feed["sa"])
         sparse = (feed["idx"], (g * recip).astype(np.float32))
     return grads, sparse
 

@@ -370,6 +370,27 @@ def b_grad_scaler_step_no_optimizer(ctx):
     return lambda: scaler.step(object(), [(tf.constant(1.0), v)])
 
 
+def b_grad_scaler_restored_nan_scale(ctx):
+    """A tf.train.Checkpoint whose scale is NaN, restored into a scaler; the next step is
+    refused."""
+    source = nls.GradScaler()
+    source._scale.assign(float("nan"))  # pylint: disable=protected-access
+    path = tf.train.Checkpoint(scaler=source).save(os.path.join(str(ctx.tmp), "ckpt"))
+    scaler = nls.GradScaler()
+    tf.train.Checkpoint(scaler=scaler).restore(path)
+    w = tf.Variable([1.0])
+    return lambda: scaler.step(tf.keras.optimizers.SGD(0.1), [(tf.constant([2.0]), w)])
+
+
+def b_grad_scaler_ignored_unscale_result(ctx):
+    scaler = nls.GradScaler(init_scale=8.0)
+    opt = tf.keras.optimizers.SGD(0.1)
+    w = tf.Variable([1.0], name="w")
+    grads = [tf.constant([16.0])]
+    scaler.unscale_(opt, grads)                 # the result ignored, as torch's in-place call
+    return lambda: scaler.step(opt, [(grads[0], w)])
+
+
 # -- Keras --------------------------------------------------------------------------------------
 def b_keras(**kwargs):
     def build(ctx):
@@ -672,7 +693,20 @@ CASES = [
          r"max_lr must be a finite real number >= 0\.0; got nan", graph=False),
     # GradScaler / OptimizerThread
     case("grad-scaler-init-scale-nan", GS, lambda c: lambda: nls.GradScaler(init_scale=NAN),
-         ValueError, r"init_scale must be a finite real number > 0; got nan", graph=False),
+         ValueError, r"init_scale must be a finite real number >= 1\.1754944e-38 \(float32's "
+         r"smallest normal number\) and <= 3\.4028235e38 .*got nan", graph=False),
+    case("grad-scaler-init-scale-subnormal", GS,
+         lambda c: lambda: nls.GradScaler(init_scale=2.0 ** -127), ValueError,
+         r"init_scale must be >= 1\.1754944e-38 \(float32's smallest normal number\) and "
+         r"<= 3\.4028235e38 \(float32's largest\); got 5\.87\d*e-39", graph=False),
+    case("grad-scaler-restored-nan-scale", GS + ".step",
+         b_grad_scaler_restored_nan_scale, tf.errors.InvalidArgumentError,
+         r"(?s)GradScaler: variable scale \(scale:0\) holds.*nan.*accepted: a float32 >= "
+         r"1\.1754944e-38", graph=False),
+    case("grad-scaler-step-after-ignored-unscale", GS + ".step",
+         b_grad_scaler_ignored_unscale_result, RuntimeError,
+         r"gradient given for 'w:0' was computed from the scaled gradients passed to unscale_",
+         graph=False),
     case("grad-scaler-growth-below-one", GS, lambda c: lambda: nls.GradScaler(growth_factor=0.5),
          ValueError, r"growth_factor must be > 1; got 0\.5", graph=False),
     case("grad-scaler-interval-zero", GS, lambda c: lambda: nls.GradScaler(growth_interval=0),

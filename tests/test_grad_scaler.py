@@ -152,7 +152,8 @@ def test_load_state_dict_empty_on_enabled_raises_and_closure_is_refused():
 
 
 @pytest.mark.parametrize("kwargs, error, text", [
-    ({"init_scale": 0.0}, ValueError, "init_scale must be > 0; got 0.0"),
+    ({"init_scale": 0.0}, ValueError, r"init_scale must be >= 1\.1754944e-38 \(float32's "
+                                      r"smallest normal number\) and <= 3\.4028235e38 .*got 0\.0"),
     ({"growth_factor": 1.0}, ValueError, "growth_factor must be > 1; got 1.0"),
     ({"backoff_factor": 1.5}, ValueError, "backoff_factor must be in \\(0, 1\\); got 1.5"),
     ({"growth_interval": 0}, ValueError, "growth_interval must be an integer >= 1; got 0"),
@@ -456,7 +457,7 @@ _GOOD_STATE = {"scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5,
                                         r">= 0; got -5"),
     ("_growth_tracker", 2.7, ValueError, r"state_dict\['_growth_tracker'\] must be an integer "
                                          r">= 0; got 2\.7"),
-    ("scale", -1.0, ValueError, r"state_dict\['scale'\] must be > 0; got -1\.0"),
+    ("scale", -1.0, ValueError, r"state_dict\['scale'\] must be >= 1\.1754944e-38 .*got -1\.0"),
     ("scale", float("inf"), ValueError, r"state_dict\['scale'\] must be a finite real"),
     ("growth_factor", 1.0, ValueError, r"state_dict\['growth_factor'\] must be > 1; got 1\.0"),
     ("backoff_factor", 1.5, ValueError, r"state_dict\['backoff_factor'\] must be in \(0, 1\); "

@@ -225,7 +225,9 @@ def test_name_and_attribute_fall_through(graph):
     assert opt.get_name() == "NPULossScale_Adam"
     assert nls.NPULossScaleOptimizer(inner, nls.FixedLossScaleManager(4), name="mine") \
         .get_name() == "mine"
-    assert opt.custom_setting == "kept" and opt._lr == 0.125  # pylint: disable=protected-access
+    assert opt.custom_setting == "kept"
+    with pytest.raises(AttributeError, match="private attributes are not forwarded"):
+        opt._lr  # pylint: disable=protected-access,pointless-statement
     assert opt.inner_optimizer is inner
     assert isinstance(opt, tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer)
     with pytest.raises(AttributeError):

@@ -29,12 +29,19 @@ Example (eager; the same code runs inside ``tf.function``)::
 Rules (torch's, where RoundPipe's documentation is silent):
 
 * ``update()``: an overflow in any optimizer's gradients this iteration multiplies the scale by
-  ``backoff_factor`` once and zeroes the growth count; otherwise the count grows by one, and when
-  it reaches ``growth_interval`` the scale is multiplied by ``growth_factor`` (only if the result
-  is finite) and the count restarts from zero. ``update(new_scale)`` sets the scale and leaves the
-  count alone.
+  ``backoff_factor`` once, but never below ``MIN_SCALE`` (2**-126, float32's smallest normal
+  number; an overflow there prints a warning), and zeroes the growth count; otherwise the count
+  grows by one, and when it reaches ``growth_interval`` the scale is multiplied by
+  ``growth_factor`` (only if the result is finite) and the count restarts from zero.
+  ``update(new_scale)`` sets the scale and leaves the count alone. The twin of this rule:
+  :class:`npu_loss_scale.reference_grad_scaler.GradScalerTwin`.
+* An overflow is found in the scaled gradients (see below) or in the unscaled ones (inf/NaN).
 * ``unscale_`` twice, ``step`` twice, or ``unscale_`` after ``step`` for one optimizer in one
   iteration raise ``RuntimeError``; ``update()`` with no ``step``/``unscale_`` before it raises.
+  ``step`` after ``unscale_`` raises ``RuntimeError`` when a gradient was computed from the scaled
+  gradients given to ``unscale_`` rather than from its result (torch's in-place habit).
+* A state restored by ``tf.train.Checkpoint`` that the constructor would refuse (a NaN or zero
+  scale, a negative growth count...) fails the next ``scale``/``unscale_``/``step``/``update``.
 * ``enabled=False``: ``scale`` returns its input, ``unscale_`` returns the gradients as given,
   ``step`` calls ``optimizer.apply_gradients`` and returns its result, ``update`` does nothing,
   ``get_scale()`` is 1.0, ``state_dict()`` is ``{}``.
@@ -48,6 +55,7 @@ function is traced, so call ``scale``/``step``/``update`` of one iteration in th
 import collections.abc
 import enum
 import numbers
+import sys
 import threading
 
 import numpy as np
@@ -55,6 +63,14 @@ import tensorflow as tf
 
 from .. import _checks
 from ._overflow import OverflowCheck
+
+# The scale's range. MIN_SCALE is float32's smallest normal number (2**-126): backing off stops
+# there, since a subnormal scale is flushed to zero by CPU kernels and 1/0 would turn every
+# unscaled gradient into inf or NaN. MAX_SCALE is float32's largest finite number.
+MIN_SCALE = float(np.finfo(np.float32).tiny)
+MAX_SCALE = float(np.finfo(np.float32).max)
+SCALE_ACCEPTED = ">= 1.1754944e-38 (float32's smallest normal number) and <= 3.4028235e38 " \
+                 "(float32's largest)"
 
 
 class OptState(enum.Enum):
@@ -87,7 +103,96 @@ class _Iteration:
 
     def state_for(self, optimizer):
         return self.states.setdefault(id(optimizer), {"stage": OptState.READY, "found_inf": None,
-                                                      "optimizer": optimizer})
+                                                      "optimizer": optimizer,
+                                                      "handed_out": None})
+
+    def stop_recording(self):
+        """Stops the eager records of ``unscale_`` started on the calling thread."""
+        for state in self.states.values():
+            if state["handed_out"] is not None:
+                state["handed_out"].stop_recording()
+
+
+class _HandedOut:
+    """What ``unscale_`` received (scaled) and returned (unscaled) for one optimizer.
+
+    In torch, ``unscale_`` works in place and ``step`` uses ``.grad``: code ported line by line
+    ignores ``unscale_``'s result and hands the *scaled* gradients (perhaps clipped) to ``step``,
+    which would apply them still multiplied by the scale. ``step`` asks this record whether any
+    gradient it gets was computed from the scaled ones other than through ``unscale_``'s result:
+
+    * in a graph (``tf.function``), by walking the ops' inputs back from each gradient, stopping
+      at ``unscale_``'s results;
+    * eagerly, through a ``GradientTape`` that watches the scaled gradients from the moment
+      ``unscale_`` returns (its results are not connected to them on that tape) until ``step``,
+      ``OptimizerThread.submit`` or ``update`` on the same thread stops it.
+    """
+
+    def __init__(self, scaled, unscaled):
+        self.scaled = _floating_values(scaled)
+        self.unscaled = _floating_values(unscaled)
+        self.tape = None
+        if tf.executing_eagerly() and self.scaled:
+            self.thread = threading.get_ident()
+            self.tape = tf.GradientTape(persistent=True, watch_accessed_variables=False)
+            self.tape.__enter__()      # pylint: disable=unnecessary-dunder-call
+            self.tape.watch(self.scaled)
+
+    def stop_recording(self):
+        if self.tape is not None and self.thread == threading.get_ident() and \
+                self.tape._recording:  # pylint: disable=protected-access
+            self.tape.__exit__(None, None, None)
+
+    def refuse_scaled(self, grads_and_vars):
+        """Raises RuntimeError when a gradient was computed from the scaled gradients."""
+        self.stop_recording()
+        suspects = [(g, v) for g, v in grads_and_vars
+                    if g is not None and _values(g).dtype.is_floating]
+        if self.tape is None:
+            if tf.executing_eagerly():
+                return     # unscale_() was traced, step() is eager: update() refuses the mix
+            safe = {t.ref() for t in self.unscaled}
+            offenders = [v for g, v in suspects if self._graph_reaches_scaled(_values(g), safe)]
+        elif self.tape._recording:  # pylint: disable=protected-access
+            raise RuntimeError("step() after unscale_() on another thread: call "
+                               "OptimizerThread.submit() (or step()) on the thread that called "
+                               "unscale_() first")
+        elif self._tape_reaches_scaled([_values(g) for g, _ in suspects]):   # one pass first
+            offenders = [v for g, v in suspects if self._tape_reaches_scaled([_values(g)])]
+        else:
+            offenders = []
+        if offenders:
+            raise RuntimeError(
+                "step(): the gradient given for %s was computed from the scaled gradients passed "
+                "to unscale_(), not from the unscaled ones unscale_() returned, and would be "
+                "applied still multiplied by the loss scale. TensorFlow tensors do not change in "
+                "place as torch's .grad does: write grads = scaler.unscale_(optimizer, grads), "
+                "then clip and pass those grads to step()."
+                % ", ".join(repr(getattr(v, "name", v)) for v in offenders))
+
+    def _tape_reaches_scaled(self, tensors):
+        if any(t is s for t in tensors for s in self.scaled):
+            return True
+        grads = self.tape.gradient(tensors, self.scaled,
+                                   unconnected_gradients=tf.UnconnectedGradients.NONE)
+        return any(g is not None for g in grads)
+
+    def _graph_reaches_scaled(self, tensor, safe):
+        """Walks the ops' inputs back from ``tensor``; ``safe`` holds tensors known not to lead
+        to the scaled gradients (``unscale_``'s results, then every tensor of a clean walk)."""
+        scaled = {t.ref() for t in self.scaled}
+        seen, todo = set(), [tensor]
+        while todo:
+            t = todo.pop()
+            key = t.ref()
+            if key in seen or key in safe:
+                continue
+            if key in scaled:
+                return True
+            seen.add(key)
+            todo.extend(t.op.inputs)
+        safe.update(seen)
+        return False
 
 
 def _is_tensor_like(value):
@@ -122,8 +227,7 @@ class GradScaler(tf.Module):
                  agreement=None, name="grad_scaler"):
         super().__init__(name=name)
         enabled = _checks.boolean("enabled", enabled)
-        init_scale = _checks.real_number("init_scale", init_scale, minimum=0.0,
-                                         min_inclusive=False, accepted="> 0")
+        init_scale = self._check_scale(init_scale)
         growth_factor = self._check_growth_factor(growth_factor)
         backoff_factor = self._check_backoff_factor(backoff_factor)
         growth_interval = _checks.positive_int("growth_interval", growth_interval)
@@ -154,6 +258,11 @@ class GradScaler(tf.Module):
                                                     trainable=False, name="growth_interval")
 
     # -- checks ---------------------------------------------------------------------------------
+    @staticmethod
+    def _check_scale(value, name="init_scale"):
+        return _checks.real_number(name, value, minimum=MIN_SCALE, maximum=MAX_SCALE,
+                                   accepted=SCALE_ACCEPTED)
+
     @staticmethod
     def _check_growth_factor(value, name="growth_factor"):
         return _checks.real_number(name, value, minimum=1.0, min_inclusive=False,
@@ -204,6 +313,7 @@ class GradScaler(tf.Module):
             self._py.thread = thread
             self._py.main_ident = threading.get_ident()
             if self._py.enabled:
+                self._state_checks()      # eager: raises on a state restored from a bad checkpoint
                 self._py.main_scale = float(self._scale.numpy())
                 self._py.main_factors = (float(self._growth_factor.numpy()),
                                          float(self._backoff_factor.numpy()),
@@ -231,7 +341,38 @@ class GradScaler(tf.Module):
             if iteration.scale is None:
                 iteration.scale = self._py.main_scale
             return tf.constant(iteration.scale, tf.float32)
-        return tf.convert_to_tensor(self._scale)
+        with tf.control_dependencies(self._state_checks()):
+            return tf.identity(self._scale)
+
+    def _state_checks(self):
+        """Assert ops refusing a state the constructor and ``load_state_dict`` would refuse.
+
+        ``tf.train.Checkpoint`` assigns the variables without asking the scaler, so a tampered
+        or foreign checkpoint can restore a NaN, zero or negative scale, or a negative growth
+        count; the first ``scale``/``unscale_``/``step``/``update`` after such a restore fails
+        (``InvalidArgumentError`` naming the variable, its value and what is accepted) before
+        anything is applied.
+        """
+        rules = (
+            ("scale", self._scale, lambda v: (v >= MIN_SCALE) & (v <= MAX_SCALE),
+             "a float32 " + SCALE_ACCEPTED),
+            ("growth_tracker", self._growth_tracker, lambda v: v >= 0, "an integer >= 0"),
+            ("growth_factor", self._growth_factor, lambda v: (v > 1.0) & (v <= MAX_SCALE),
+             "a finite number > 1"),
+            ("backoff_factor", self._backoff_factor, lambda v: (v > 0.0) & (v < 1.0),
+             "a number in (0, 1)"),
+            ("growth_interval", self._growth_interval, lambda v: v >= 1, "an integer >= 1"),
+        )
+        checks = []
+        for name, variable, accepted, text in rules:
+            value = tf.convert_to_tensor(variable)
+            checks.append(tf.debugging.Assert(
+                accepted(value),
+                ["GradScaler: variable %s (%s) holds" % (name, variable.name), value,
+                 "; accepted: %s. Was it restored from a checkpoint that was altered or not "
+                 "written by a GradScaler? Restore another checkpoint or call "
+                 "load_state_dict()." % text], name="check_" + name))
+        return checks
 
     def scale(self, outputs):
         """Multiplies a tensor, or every tensor of a (nested) iterable, by the scale.
@@ -304,7 +445,9 @@ class GradScaler(tf.Module):
                                "last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        return self._unscale(iteration, state, grads)
+        unscaled = self._unscale(iteration, state, grads)
+        state["handed_out"] = _HandedOut(grads, unscaled)
+        return unscaled
 
     def _unscale(self, iteration, state, grads):
         gradients, variables, pairs = self._split(grads)
@@ -320,6 +463,9 @@ class GradScaler(tf.Module):
             # submit() or by a main-thread unscale_()); it is never read twice.
             register = iteration.register
         unscaled, bad = self._check.check_and_unscale(gradients, inv_scale)
+        # torch checks the unscaled gradients: a finite scaled gradient can still become inf
+        # when unscaled (a large gradient at a scale below 1).
+        bad = bad + self._check.count_bad(unscaled)
         found = bad if register is None else bad + register
         state["found_inf"] = self._check.agree(tf.cast(found > 0, tf.float32))
         state["stage"] = OptState.UNSCALED
@@ -359,6 +505,8 @@ class GradScaler(tf.Module):
                             % (grads_and_vars[:3],))
         if state["stage"] is OptState.READY:
             grads_and_vars = self._unscale(iteration, state, grads_and_vars)
+        else:
+            state["handed_out"].refuse_scaled(grads_and_vars)
         found = state["found_inf"]
         state["stage"] = OptState.STEPPED
         if tf.executing_eagerly():
@@ -409,6 +557,7 @@ class GradScaler(tf.Module):
             result = self._scale.assign(tf.cast(new_scale, tf.float32), read_value=False)
         else:
             result = self._apply_rules(tf.add_n([tf.convert_to_tensor(f) for f in found_infs]))
+        self._py.iteration.stop_recording()
         self._py.iteration = _Iteration()
         return result
 
@@ -426,33 +575,40 @@ class GradScaler(tf.Module):
             known = tf.get_static_value(value)
             if known is not None:   # eager, or a constant while tracing: refuse it now
                 return tf.constant(GradScaler._check_new_scale_number(float(known)))
-            message = "new_scale must be a finite real number > 0"
-            checks = [tf.debugging.assert_all_finite(value, message),
-                      tf.debugging.assert_positive(value, message=message)]
+            message = "new_scale must be a finite real number " + SCALE_ACCEPTED
+            checks = [tf.debugging.assert_greater_equal(value, MIN_SCALE, message=message),
+                      tf.debugging.assert_less_equal(value, MAX_SCALE, message=message)]
             with tf.control_dependencies(checks):
                 return tf.identity(value)
         return GradScaler._check_new_scale_number(new_scale)
 
     @staticmethod
     def _check_new_scale_number(new_scale):
-        return _checks.real_number("new_scale", new_scale, minimum=0.0, min_inclusive=False,
-                                   accepted="> 0 (a Python number or a scalar tensor)")
+        return _checks.real_number("new_scale", new_scale, minimum=MIN_SCALE, maximum=MAX_SCALE,
+                                   accepted=SCALE_ACCEPTED + " (a Python number or a scalar "
+                                   "tensor)")
 
     def _apply_rules(self, found):
-        """torch's update rule on the variables, as ops (eager or traced)."""
-        scale = tf.convert_to_tensor(self._scale)
-        tracker = tf.convert_to_tensor(self._growth_tracker)
+        """torch's update rule on the variables, as ops (eager or traced), with one addition: a
+        backoff never takes the scale below ``MIN_SCALE`` (an overflow there warns instead)."""
+        with tf.control_dependencies(self._state_checks()):
+            scale = tf.identity(self._scale)
+            tracker = tf.identity(self._growth_tracker)
         overflow = found > 0
         successful = tracker + 1
         grow = tf.logical_and(tf.logical_not(overflow),
                               tf.equal(successful, tf.convert_to_tensor(self._growth_interval)))
         grown = scale * tf.convert_to_tensor(self._growth_factor)
-        new_scale = tf.where(overflow, scale * tf.convert_to_tensor(self._backoff_factor),
+        backed_off = tf.maximum(scale * tf.convert_to_tensor(self._backoff_factor),
+                                tf.constant(MIN_SCALE, tf.float32))
+        new_scale = tf.where(overflow, backed_off,
                              tf.where(tf.logical_and(grow, tf.math.is_finite(grown)), grown,
                                       scale))
         new_tracker = tf.where(tf.logical_or(overflow, grow), tf.zeros_like(tracker), successful)
+        stuck = tf.cond(tf.logical_and(overflow, scale <= MIN_SCALE),
+                        lambda: _warn_stuck_at_min_scale(scale), lambda: tf.constant(False))
         return tf.group(self._scale.assign(new_scale, read_value=False),
-                        self._growth_tracker.assign(new_tracker, read_value=False))
+                        self._growth_tracker.assign(new_tracker, read_value=False), stuck)
 
     # -- getters and setters --------------------------------------------------------------------
     def get_scale(self):
@@ -563,8 +719,7 @@ class GradScaler(tf.Module):
                            % ", ".join(missing))
         self._sync()
         # Everything is checked before anything is assigned: a failed load changes nothing.
-        scale = _checks.real_number("state_dict['scale']", state_dict["scale"], minimum=0.0,
-                                    min_inclusive=False, accepted="> 0")
+        scale = self._check_scale(state_dict["scale"], "state_dict['scale']")
         growth = self._check_growth_factor(state_dict["growth_factor"],
                                            "state_dict['growth_factor']")
         backoff = self._check_backoff_factor(state_dict["backoff_factor"],
@@ -580,6 +735,17 @@ class GradScaler(tf.Module):
         self._growth_tracker.assign(tracker)
         self._py.main_scale = scale
         self._py.main_factors = (growth, backoff, interval)
+
+
+def _warn_stuck_at_min_scale(scale):
+    """Prints (to stderr, once per update) that an overflow happened at the smallest scale."""
+    message = tf.print("npu_loss_scale WARNING: GradScaler: gradients overflowed at the smallest "
+                       "scale", scale, "(float32's smallest normal number); the scale cannot go "
+                       "lower and the step is skipped. The gradients overflow whatever the "
+                       "scale: look for an inf or NaN in the model or the loss.",
+                       output_stream=sys.stderr)
+    with tf.control_dependencies([message]):
+        return tf.constant(True)
 
 
 def _non_negative_int(name, value):
@@ -604,6 +770,21 @@ def _same_context(tensor):
     except AttributeError:
         return eager_now
     return (not eager_now) and graph is tf.compat.v1.get_default_graph()
+
+
+def _values(grad):
+    return grad.values if isinstance(grad, tf.IndexedSlices) else tf.convert_to_tensor(grad)
+
+
+def _floating_values(grads):
+    """The floating value tensors of a list of gradients or of (gradient, variable) pairs."""
+    out = []
+    for g in grads:
+        if isinstance(g, tuple) and len(g) == 2:
+            g = g[0]
+        if g is not None and _values(g).dtype.is_floating:
+            out.append(_values(g))
+    return out
 
 
 def _flat_tensors(grads):

@@ -147,6 +147,7 @@ class OptimizerThread:
                 if iteration.register is None:
                     # Once per iteration: a main-thread unscale_() may have read it already.
                     scaler._read_register(iteration)  # pylint: disable=protected-access
+                iteration.stop_recording()   # a main-thread unscale_()'s record goes to the job
                 iteration.submitted += 1
             return self._put(iteration, lambda: fn(*args, **kwargs),
                              slot=self._slots is not None)
@@ -163,10 +164,12 @@ class OptimizerThread:
         if new_scale is None and iteration.submitted == 0 and not any(
                 s["found_inf"] is not None for s in iteration.states.values()):
             raise NoInfChecksError("No inf checks were recorded prior to update().")
+        iteration.stop_recording()
         py.iteration = _Iteration()
         return self._put(None, lambda: self._update_job(iteration, new_scale))
 
     def _update_job(self, iteration, new_scale):
+        iteration.stop_recording()     # records of unscale_() calls made inside jobs
         scaler = self._scaler
         py = scaler._py  # pylint: disable=protected-access
         if new_scale is not None:
