@@ -323,6 +323,12 @@ def _draw_extremes(rng, case):
         case["tamper"] = {"at": int(rng.integers(1, max(2, case["steps"]))),
                           "kind": kinds[int(rng.integers(len(kinds)))],
                           "which": int(rng.integers(1 << 16))}
+    # torch's habit, ported line by line: unscale_'s result ignored (the scaled gradients then
+    # clipped or not) and given to step, which must refuse them and apply nothing
+    case["torch_habit"] = None
+    if case["frontend"] == "grad_scaler" and rng.random() < 0.3:
+        case["torch_habit"] = {"at": int(rng.integers(0, max(1, case["steps"]))),
+                               "clip": bool(rng.random() < 0.5)}
 
 
 def make_schedule(case):
@@ -537,7 +543,8 @@ class Tally:
     def __init__(self):
         self.steps = self.micro_batches = self.injected = self.skipped = self.applied = 0
         self.natural = self.ambiguous = self.reference_checked = self.cases = 0
-        self.subnormal = self.tampered = 0
+        self.subnormal = self.tampered = self.habits = 0
+        self.seconds = 0.0
         self.mismatches = 0
         self.failures = []
         self.by_frontend = {}
@@ -552,7 +559,7 @@ class Tally:
     def as_dict(self):
         return {k: getattr(self, k) for k in (
             "cases", "steps", "micro_batches", "injected", "skipped", "applied", "natural",
-            "ambiguous", "reference_checked", "subnormal", "tampered", "mismatches")}
+            "ambiguous", "reference_checked", "subnormal", "tampered", "habits", "mismatches")}
 
 
 def _same_bits(a, b):
@@ -765,6 +772,7 @@ class _Runner:
         for item in schedule:
             if tamper and item["step"] == tamper["at"]:
                 after = self.restore_tampered(item, after)
+            after = self.before_step(item, after)
             scale = self.twin_scale()
             natural = natural_overflow(case, scale, [feed for feed, _ in item["micros"]])
             micro_grads = []
@@ -860,6 +868,10 @@ class _Runner:
 
     def clear_register(self):
         self.nls.emulation.npu_clear_float_status_v2()
+
+    def before_step(self, item, after):  # pylint: disable=unused-argument
+        """A front end's probe before the step of ``item``; returns the values read after it."""
+        return after
 
 
 class NpuGraphRunner(_Runner):
@@ -1126,6 +1138,50 @@ class GradScalerRunner(_EagerV1Runner):
     def checkpointed(self):
         return {"optimizer": self.opt, "scaler": self.scaler}
 
+    def before_step(self, item, after):
+        """At the drawn step, torch's habit through a scaler holding the same state and the
+        case's own optimizer: step must raise and leave every value as it was."""
+        habit, case = self.case.get("torch_habit"), self.case
+        if not habit or item["step"] != habit["at"]:
+            return after
+        state = self.read() if after is None else after
+        nls, variables, opt = self.nls, self.variables, self.opt
+        rule = case["rule"]
+        probe = nls.GradScaler(rule["init"], rule["growth_factor"], rule["backoff_factor"],
+                               rule["growth_interval"], backend="emulation")
+        probe.load_state_dict(self.scaler.state_dict())
+        values = feed_tensors(item["micros"][0][0], len(case["dense_shapes"]))
+        inp = {k: tf.constant(v) for k, v in values.items()}
+
+        def habit_step(inp):
+            with tf.GradientTape() as tape:
+                scaled = probe.scale(build_loss(nls, case, self.dense, self.emb, inp))
+            grads = tape.gradient(scaled, variables)
+            probe.unscale_(opt, grads)                       # the result ignored, as in torch
+            if habit["clip"]:
+                grads, _ = tf.clip_by_global_norm(grads, case["clip"] or 1.0)
+            probe.step(opt, list(zip(grads, variables)), global_step=self.global_step)
+            probe.update()
+
+        run = tf.function(habit_step) if case.get("traced") else habit_step
+        self.tally.habits += 1
+        try:
+            run(inp)
+        except RuntimeError as error:
+            if "unscale_" not in str(error):
+                self.tally.fail(case, item["step"], "torch's habit refused without naming "
+                                "unscale_: %s" % str(error)[:300])
+        else:
+            self.tally.fail(case, item["step"], "torch's habit (unscale_'s result ignored%s) "
+                            "was stepped without an error"
+                            % (", then clipped" if habit["clip"] else ""))
+        self.clear_register()
+        now = self.read()
+        for name, value in state.items():
+            if name in now and not _same_bits(value, now[name]):
+                self.tally.fail(case, item["step"], "%s changed by a refused step" % name)
+        return now
+
     def counters(self):
         return {"global_step": (self.global_step.numpy(), self.applied)}
 
@@ -1251,7 +1307,8 @@ def report(tally, seed, out=sys.stdout):
           file=out)
     print("  cases at an extreme: " + ", ".join("%s %d" % (k, tally.extremes.get(k, 0))
                                                for k in EXTREMES)
-          + "; tampered checkpoints restored %d" % tally.tampered, file=out)
+          + "; tampered checkpoints restored %d; torch habits refused %d"
+          % (tally.tampered, tally.habits), file=out)
     for name, fe in sorted(tally.by_frontend.items()):
         print("  %-13s cases %4d  steps %6d  injected %5d  skipped %5d"
               % (name, fe["cases"], fe["steps"], fe["injected"], fe["skipped"]), file=out)

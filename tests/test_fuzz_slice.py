@@ -31,9 +31,10 @@ def _edge_cases(seed, frontend, limit=400):
     ``frontend`` in campaign ``seed`` (drawn, not run)."""
     found = {}
     for index in range(limit):
-        case = fuzz_campaign.make_case(seed, index, (frontend,))
+        case = fuzz_campaign.make_case(seed, index, (frontend,), steps=EDGE_STEPS)
         kinds = ([case["extreme"]] if case["extreme"] else []) \
-            + (["tamper"] if case["tamper"] else [])
+            + (["tamper"] if case["tamper"] else []) \
+            + (["habit"] if case.get("torch_habit") else [])
         for kind in kinds:
             found.setdefault(kind, index)
     return found
@@ -68,22 +69,23 @@ def test_more_seeds_find_no_mismatch(frontend, seed):
 
 @pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
 def test_cases_at_the_edges_and_tampered_restores_find_no_mismatch(frontend):
-    """Each extreme the front end's rule can reach and a tampered checkpoint, a few steps each
-    (the tamper moved into those steps)."""
+    """Each extreme the front end's rule can reach, a tampered checkpoint and (GradScaler)
+    torch's habit, a few steps each."""
     found = _edge_cases(SEED, frontend)
     assert "tamper" in found and "ceiling" in found, found
     tally = fuzz_campaign.Tally()
     out = io.StringIO()
     for kind, index in sorted(found.items()):
         case = fuzz_campaign.make_case(SEED, index, (frontend,), steps=EDGE_STEPS)
-        if kind == "tamper":
-            case["tamper"]["at"] = min(case["tamper"]["at"], EDGE_STEPS // 2)
-        elif case["tamper"]:
+        if kind != "tamper":
             case["tamper"] = None
+        if kind != "habit":
+            case["torch_habit"] = None
         fuzz_campaign.run_case(case, tally)
     fuzz_campaign.report(tally, SEED, out)
     assert tally.mismatches == 0, out.getvalue()
     assert tally.tampered == 1, out.getvalue()
+    assert tally.habits == (1 if frontend == "grad_scaler" else 0), out.getvalue()
 
 
 def test_cases_are_reproducible_from_seed_and_index():
