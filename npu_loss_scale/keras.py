@@ -78,6 +78,44 @@ def _check_args(dynamic, initial_scale, dynamic_growth_steps):
     return initial_scale, dynamic_growth_steps
 
 
+def _grown(scale, grow_scale):
+    """The scale after a growth: doubled unless that is infinite, then held (never inf).
+
+    ``grow_scale`` is the doubled value; both Keras versions keep the scale finite (see the
+    module docstring)."""
+    return tf.where(tf.math.is_finite(grow_scale), grow_scale, scale)
+
+
+_IMPOSSIBLE = ("NpuLossScaleOptimizer: the %s variable %s holds {}; accepted: %s (a restored "
+               "checkpoint holds an impossible state: restore a valid one)")
+
+
+def _state_check(scale_name, scale, counter_name, counter):
+    """An op that fails, naming the variable, its value and what is accepted, when the loss
+    scale is not a finite number >= 1 or the growth counter is negative: what only a restored
+    checkpoint (or a direct assignment) can put there. Made first in a step, so that nothing of
+    the step runs when it fails (eagerly it raises at once)."""
+    scale = tf.convert_to_tensor(scale)
+    counter = tf.convert_to_tensor(counter)
+    return tf.group(
+        _refuse_unless(tf.logical_and(tf.math.is_finite(scale), scale >= 1.0),
+                       _IMPOSSIBLE % ("loss scale", scale_name, "a finite number >= 1"), scale),
+        _refuse_unless(counter >= 0,
+                       _IMPOSSIBLE % ("growth counter", counter_name, "an integer >= 0"),
+                       counter))
+
+
+def _refuse_unless(ok, template, value):
+    """InvalidArgumentError with ``template`` formatted with ``value`` unless ``ok`` (an op in
+    a graph, at once eagerly)."""
+    message = tf.strings.format(template, value)
+    if tf.executing_eagerly():
+        if not bool(ok):
+            raise tf.errors.InvalidArgumentError(None, None, message.numpy().decode())
+        return tf.no_op()
+    return tf.debugging.Assert(ok, [message])
+
+
 class _NpuProperties:
     """What both Keras versions' optimizers report the same way."""
 
@@ -136,6 +174,9 @@ def _build_keras3():
 
         def check_finite(self, grads):
             # Keras 3 checks the still-scaled gradients: the emulation's ±MAX test applies too.
+            # First of the step: a restored impossible scale or counter is refused.
+            check = _state_check("dynamic_scale", self.dynamic_scale, "step_counter",
+                                 self.step_counter)
             register = self._npu_check.read_and_clear_register(
                 [g for g in grads if g is not None])
             _, bad = self._npu_check.check_and_unscale(list(grads), tf.constant(1.0))
@@ -147,17 +188,35 @@ def _build_keras3():
                 found = tf.distribute.get_replica_context().all_reduce(
                     tf.distribute.ReduceOp.SUM, found)
             found = self._npu_check.agree(found)
-            finite = tf.equal(found, 0.0)
+            with tf.control_dependencies([check]):
+                finite = tf.equal(found, 0.0)
             self.last_step_finite.assign(finite)
             return finite
 
         def _stateful_handle_finite_grads(self, grads, trainable_variables):
-            if self._npu_dynamic:
-                return super()._stateful_handle_finite_grads(grads, trainable_variables)
             scale = self.dynamic_scale
-            unscaled = [g if g is None else keras_ops.divide(g, scale) for g in grads]
+            variables = trainable_variables or self._trainable_variables
+            as_is = getattr(self, "_overwrite_variable_with_gradient", lambda variable: False)
+            unscaled = [g if g is None or as_is(v) else keras_ops.divide(g, scale)
+                        for g, v in zip(grads, variables)]
             self.inner_optimizer.apply(unscaled, trainable_variables=trainable_variables)
-            return None
+            if self._npu_dynamic:
+                self._count_finite_step()
+
+        def _count_finite_step(self):
+            """After ``dynamic_growth_steps`` finite steps the scale doubles, held at its
+            largest finite value (Keras 3's own class doubles it to inf, then skips every
+            step for ever); a counter at or past the growth point grows too."""
+            def grow():
+                self.dynamic_scale.assign(_grown(self.dynamic_scale,
+                                                 keras_ops.multiply(self.dynamic_scale, 2.0)))
+                self.step_counter.assign(0)
+
+            def count():
+                self.step_counter.assign_add(1)
+
+            keras_ops.cond(keras_ops.greater_equal(self.step_counter,
+                                                   self.dynamic_growth_steps - 1), grow, count)
 
         def _stateful_handle_non_finite_grads(self):
             self.step_counter.assign(0)
@@ -201,6 +260,9 @@ def _build_keras2():
             return tf.reshape(tf.cast(bad + register > 0, tf.float32), [1])
 
         def update(self, grads):
+            # First of the step: a restored impossible scale or counter is refused.
+            check = _state_check("current_loss_scale", self.current_loss_scale, "counter",
+                                 self.counter)
             grads = [g for g in tf.nest.flatten(grads) if g is not None]
             if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
                 distribution = tf.distribute.get_strategy()
@@ -210,7 +272,8 @@ def _build_keras2():
             else:
                 status = self._replica_status(grads)
             found = self._npu_check.agree(tf.reshape(status, []))
-            finite = tf.equal(found, 0.0)
+            with tf.control_dependencies([check]):
+                finite = tf.equal(found, 0.0)
             record = self._last_step_finite.assign(finite)
             with tf.control_dependencies([record]):
                 finite = tf.identity(finite)
@@ -218,8 +281,7 @@ def _build_keras2():
 
             def on_finite():
                 def grow():
-                    new = scale * self.multiplier
-                    return tf.group(scale.assign(tf.where(tf.math.is_finite(new), new, scale)),
+                    return tf.group(scale.assign(_grown(scale, scale * self.multiplier)),
                                     counter.assign(0))
                 return tf.cond(counter + 1 >= self.growth_steps, grow,
                                lambda: tf.group(counter.assign_add(1)))
@@ -256,7 +318,17 @@ def _build_keras2():
 
         @property
         def dynamic_counter(self):
-            return self._loss_scale.counter
+            """The count of finite steps since the last change of scale; None for a fixed scale
+            (as Keras documents)."""
+            return self._loss_scale.counter if self._npu_dynamic else None
+
+        @property
+        def loss_scale(self):
+            """The current loss scale (float32 scalar); a fixed scale is a constant, readable in
+            a TF1 graph before any variable is initialised (as Keras's)."""
+            if not self._npu_dynamic:
+                return tf.constant(self.initial_scale, tf.float32)
+            return tf.convert_to_tensor(self._loss_scale.current_loss_scale)
 
         @property
         def last_step_finite(self):
@@ -316,6 +388,7 @@ def _build_keras2():
     NpuLossScaleOptimizer._npu_legacy_class = NpuLegacyLossScaleOptimizer  # pylint: disable=protected-access
     NpuLegacyLossScaleOptimizer.__module__ = __name__
     _register(NpuLegacyLossScaleOptimizer)
+    _register_legacy_conversion(NpuLegacyLossScaleOptimizer)
     NpuLossScaleOptimizer.__module__ = __name__
     return NpuLossScaleOptimizer
 
@@ -325,6 +398,15 @@ def _register(cls):
         return tf.keras.utils.register_keras_serializable(package="npu_loss_scale")(cls)
     except (AttributeError, ValueError):  # pragma: no cover - registration is a convenience
         return cls
+
+
+def _register_legacy_conversion(legacy_class):
+    """Keras 2's ``convert_to_legacy_optimizer`` looks the legacy class up by the lower-cased
+    class name of the optimizer it converts: under that name it finds ``legacy_class``."""
+    try:
+        tf.keras.utils.get_custom_objects()["npulossscaleoptimizer"] = legacy_class
+    except AttributeError:  # pragma: no cover - a Keras without custom objects
+        pass
 
 
 def __getattr__(name):
