@@ -47,6 +47,7 @@ Example::
     print(bool(opt.last_step_finite.numpy()))   # True
 """
 import sys
+import threading
 
 import tensorflow as tf
 
@@ -339,6 +340,7 @@ def _build_keras2():
             config = super().get_config()
             config.update(dynamic=self._npu_dynamic, initial_scale=self.initial_scale,
                           dynamic_growth_steps=self.dynamic_growth_steps)
+            _conversion.legacy_class = getattr(type(self), "_npu_legacy_class", None)
             return config
 
     class NpuLegacyLossScaleOptimizer(_Keras2, legacy_base):  # pylint: disable=abstract-method
@@ -400,11 +402,27 @@ def _register(cls):
         return cls
 
 
+_conversion = threading.local()
+
+
+class _LegacyConversion:
+    """What Keras 2's ``convert_to_legacy_optimizer(optimizer)`` finds under the lower-cased
+    class name (``npulossscaleoptimizer``, shared by this module's class and npu_device's).
+    Keras takes the optimizer's config, then builds from it: the legacy class of the optimizer
+    whose config was taken last in this thread, so npu_device's keeps its rank agreement."""
+
+    default = None
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        legacy = getattr(_conversion, "legacy_class", None) or cls.default
+        return legacy.from_config(config, custom_objects)
+
+
 def _register_legacy_conversion(legacy_class):
-    """Keras 2's ``convert_to_legacy_optimizer`` looks the legacy class up by the lower-cased
-    class name of the optimizer it converts: under that name it finds ``legacy_class``."""
+    _LegacyConversion.default = legacy_class
     try:
-        tf.keras.utils.get_custom_objects()["npulossscaleoptimizer"] = legacy_class
+        tf.keras.utils.get_custom_objects()["npulossscaleoptimizer"] = _LegacyConversion
     except AttributeError:  # pragma: no cover - a Keras without custom objects
         pass
 
