@@ -190,3 +190,36 @@ def test_a_restored_valid_state_trains_on_from_it(tmp_path):
     for _ in range(3):
         _step(opt, var, lambda: tf.reduce_sum(var))
     assert float(opt.loss_scale) == 16.0
+
+
+def _compiled_model():
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.1), initial_scale=8.0)
+    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    return model, opt
+
+
+def test_model_fit_refuses_a_restored_nan_scale_and_leaves_the_weights(tmp_path):
+    """Through model.fit: Keras 2's model.save_weights keeps the optimizer; Keras 3's does not,
+    there a tf.train.Checkpoint of model and optimizer is the way."""
+    x, y = np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32)
+    model, opt = _compiled_model()
+    model.fit(x, y, verbose=0)
+    _scale_variable(opt).assign(np.nan)
+    path = str(tmp_path / "weights")
+    if KERAS3:
+        path = tf.train.Checkpoint(model=model, optimizer=opt).save(path)
+    else:
+        model.save_weights(path)
+    model, opt = _compiled_model()
+    model.fit(x, y, verbose=0)
+    if KERAS3:
+        tf.train.Checkpoint(model=model, optimizer=opt).restore(path)
+    else:
+        model.load_weights(path)
+    weights = model.get_weights()
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="loss scale variable %s holds nan; accepted" % SCALE_NAME):
+        model.fit(x, y, verbose=0)
+    for old, new in zip(weights, model.get_weights()):
+        np.testing.assert_array_equal(old, new)
