@@ -13,11 +13,16 @@ the same steps. Under a ``tf.distribute`` strategy the flag is first summed over
 What one step does:
 
 * finite step: the inner optimizer applies the unscaled gradients once; with ``dynamic=True``
-  the scale doubles after ``dynamic_growth_steps`` finite steps in a row;
+  the scale doubles after ``dynamic_growth_steps`` finite steps in a row, unless the doubled
+  scale would be infinite: it then stays (at most 2**127). That is Keras 2's rule, kept on
+  Keras 3 too, whose own class doubles to inf and then skips every step for ever;
 * overflowed step: nothing is applied, the scale halves (never below 1) and the count restarts.
   ``dynamic=False``: the scale stays ``initial_scale`` (required), and overflowed steps are
   still skipped (Ascend checks whatever the scale policy).
 * ``last_step_finite``: a bool variable, the verdict of the latest step.
+* a loss scale that is not a finite number >= 1, or a negative growth counter (what a restored
+  checkpoint can hold; the constructor refuses such values), fails the next step before any of
+  it runs, with an ``InvalidArgumentError`` naming the variable, its value and what is accepted.
 * ``iterations`` follows the Keras version: Keras 2 counts skipped steps too, Keras 3 only
   applied ones.
 
@@ -79,12 +84,10 @@ def _check_args(dynamic, initial_scale, dynamic_growth_steps):
     return initial_scale, dynamic_growth_steps
 
 
-def _grown(scale, grow_scale):
-    """The scale after a growth: doubled unless that is infinite, then held (never inf).
-
-    ``grow_scale`` is the doubled value; both Keras versions keep the scale finite (see the
-    module docstring)."""
-    return tf.where(tf.math.is_finite(grow_scale), grow_scale, scale)
+def _grown(scale, doubled):
+    """The scale after a growth: ``doubled`` unless it is infinite, else ``scale`` (both Keras
+    versions keep the scale finite, see the module docstring)."""
+    return tf.where(tf.math.is_finite(doubled), doubled, scale)
 
 
 _IMPOSSIBLE = ("NpuLossScaleOptimizer: the %s variable %s holds {}; accepted: %s (a restored "
