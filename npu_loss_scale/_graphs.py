@@ -42,7 +42,25 @@ def _global_graph():
 
 
 def _is_a_global_graph(graph):
-    return graph is _global_graph() or graph in _global_graphs
+    return graph is _global_graph() or graph in _global_graphs or \
+        graph is _eager_root_of_replica_thread()
+
+
+def _eager_root_of_replica_thread():
+    """In a replica thread of a ``tf.distribute`` strategy started from eager code: the global
+    graph the starting thread's function graphs hang from, else None.
+
+    That graph is another thread's, and it may be newer than any seen before: ``clear_session()``
+    and ``tf.test.TestCase.setUp`` replace the global graph. The replica thread records that it
+    was started eagerly (``_init_in_eager``) and from which graph (``_init_graph``).
+    """
+    thread = threading.current_thread()
+    if not getattr(thread, "_init_in_eager", False):
+        return None
+    graph = getattr(thread, "_init_graph", None)
+    while getattr(graph, "outer_graph", None) is not None:
+        graph = graph.outer_graph
+    return graph
 
 
 def _eager_by_default():

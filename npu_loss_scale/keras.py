@@ -13,11 +13,16 @@ the same steps. Under a ``tf.distribute`` strategy the flag is first summed over
 What one step does:
 
 * finite step: the inner optimizer applies the unscaled gradients once; with ``dynamic=True``
-  the scale doubles after ``dynamic_growth_steps`` finite steps in a row;
+  the scale doubles after ``dynamic_growth_steps`` finite steps in a row, unless the doubled
+  scale would be infinite: it then stays (at most 2**127). That is Keras 2's rule, kept on
+  Keras 3 too, whose own class doubles to inf and then skips every step for ever;
 * overflowed step: nothing is applied, the scale halves (never below 1) and the count restarts.
   ``dynamic=False``: the scale stays ``initial_scale`` (required), and overflowed steps are
   still skipped (Ascend checks whatever the scale policy).
 * ``last_step_finite``: a bool variable, the verdict of the latest step.
+* a loss scale that is not a finite number >= 1, or a negative growth counter (what a restored
+  checkpoint can hold; the constructor refuses such values), fails the next step before any of
+  it runs, with an ``InvalidArgumentError`` naming the variable, its value and what is accepted.
 * ``iterations`` follows the Keras version: Keras 2 counts skipped steps too, Keras 3 only
   applied ones.
 
@@ -47,6 +52,7 @@ Example::
     print(bool(opt.last_step_finite.numpy()))   # True
 """
 import sys
+import threading
 
 import tensorflow as tf
 
@@ -76,6 +82,42 @@ def _check_args(dynamic, initial_scale, dynamic_growth_steps):
         dynamic_growth_steps = DEFAULT_GROWTH_STEPS
     dynamic_growth_steps = _checks.positive_int("dynamic_growth_steps", dynamic_growth_steps)
     return initial_scale, dynamic_growth_steps
+
+
+def _grown(scale, doubled):
+    """The scale after a growth: ``doubled`` unless it is infinite, else ``scale`` (both Keras
+    versions keep the scale finite, see the module docstring)."""
+    return tf.where(tf.math.is_finite(doubled), doubled, scale)
+
+
+_IMPOSSIBLE = ("NpuLossScaleOptimizer: the %s variable %s holds {}; accepted: %s (a restored "
+               "checkpoint holds an impossible state: restore a valid one)")
+
+
+def _state_check(scale_name, scale, counter_name, counter):
+    """An op that fails, naming the variable, its value and what is accepted, when the loss
+    scale is not a finite number >= 1 or the growth counter is negative: what only a restored
+    checkpoint (or a direct assignment) can put there. Made first in a step, so that nothing of
+    the step runs when it fails (eagerly it raises at once)."""
+    scale = tf.convert_to_tensor(scale)
+    counter = tf.convert_to_tensor(counter)
+    return tf.group(
+        _refuse_unless(tf.logical_and(tf.math.is_finite(scale), scale >= 1.0),
+                       _IMPOSSIBLE % ("loss scale", scale_name, "a finite number >= 1"), scale),
+        _refuse_unless(counter >= 0,
+                       _IMPOSSIBLE % ("growth counter", counter_name, "an integer >= 0"),
+                       counter))
+
+
+def _refuse_unless(ok, template, value):
+    """InvalidArgumentError with ``template`` formatted with ``value`` unless ``ok`` (an op in
+    a graph, at once eagerly)."""
+    message = tf.strings.format(template, value)
+    if tf.executing_eagerly():
+        if not bool(ok):
+            raise tf.errors.InvalidArgumentError(None, None, message.numpy().decode())
+        return tf.no_op()
+    return tf.debugging.Assert(ok, [message])
 
 
 class _NpuProperties:
@@ -136,6 +178,9 @@ def _build_keras3():
 
         def check_finite(self, grads):
             # Keras 3 checks the still-scaled gradients: the emulation's ±MAX test applies too.
+            # First of the step: a restored impossible scale or counter is refused.
+            check = _state_check("dynamic_scale", self.dynamic_scale, "step_counter",
+                                 self.step_counter)
             register = self._npu_check.read_and_clear_register(
                 [g for g in grads if g is not None])
             _, bad = self._npu_check.check_and_unscale(list(grads), tf.constant(1.0))
@@ -147,17 +192,35 @@ def _build_keras3():
                 found = tf.distribute.get_replica_context().all_reduce(
                     tf.distribute.ReduceOp.SUM, found)
             found = self._npu_check.agree(found)
-            finite = tf.equal(found, 0.0)
+            with tf.control_dependencies([check]):
+                finite = tf.equal(found, 0.0)
             self.last_step_finite.assign(finite)
             return finite
 
         def _stateful_handle_finite_grads(self, grads, trainable_variables):
-            if self._npu_dynamic:
-                return super()._stateful_handle_finite_grads(grads, trainable_variables)
             scale = self.dynamic_scale
-            unscaled = [g if g is None else keras_ops.divide(g, scale) for g in grads]
+            variables = trainable_variables or self._trainable_variables
+            as_is = getattr(self, "_overwrite_variable_with_gradient", lambda variable: False)
+            unscaled = [g if g is None or as_is(v) else keras_ops.divide(g, scale)
+                        for g, v in zip(grads, variables)]
             self.inner_optimizer.apply(unscaled, trainable_variables=trainable_variables)
-            return None
+            if self._npu_dynamic:
+                self._count_finite_step()
+
+        def _count_finite_step(self):
+            """After ``dynamic_growth_steps`` finite steps the scale doubles, held at its
+            largest finite value (Keras 3's own class doubles it to inf, then skips every
+            step for ever); a counter at or past the growth point grows too."""
+            def grow():
+                self.dynamic_scale.assign(_grown(self.dynamic_scale,
+                                                 keras_ops.multiply(self.dynamic_scale, 2.0)))
+                self.step_counter.assign(0)
+
+            def count():
+                self.step_counter.assign_add(1)
+
+            keras_ops.cond(keras_ops.greater_equal(self.step_counter,
+                                                   self.dynamic_growth_steps - 1), grow, count)
 
         def _stateful_handle_non_finite_grads(self):
             self.step_counter.assign(0)
@@ -201,6 +264,9 @@ def _build_keras2():
             return tf.reshape(tf.cast(bad + register > 0, tf.float32), [1])
 
         def update(self, grads):
+            # First of the step: a restored impossible scale or counter is refused.
+            check = _state_check("current_loss_scale", self.current_loss_scale, "counter",
+                                 self.counter)
             grads = [g for g in tf.nest.flatten(grads) if g is not None]
             if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
                 distribution = tf.distribute.get_strategy()
@@ -210,7 +276,8 @@ def _build_keras2():
             else:
                 status = self._replica_status(grads)
             found = self._npu_check.agree(tf.reshape(status, []))
-            finite = tf.equal(found, 0.0)
+            with tf.control_dependencies([check]):
+                finite = tf.equal(found, 0.0)
             record = self._last_step_finite.assign(finite)
             with tf.control_dependencies([record]):
                 finite = tf.identity(finite)
@@ -218,8 +285,7 @@ def _build_keras2():
 
             def on_finite():
                 def grow():
-                    new = scale * self.multiplier
-                    return tf.group(scale.assign(tf.where(tf.math.is_finite(new), new, scale)),
+                    return tf.group(scale.assign(_grown(scale, scale * self.multiplier)),
                                     counter.assign(0))
                 return tf.cond(counter + 1 >= self.growth_steps, grow,
                                lambda: tf.group(counter.assign_add(1)))
@@ -256,7 +322,17 @@ def _build_keras2():
 
         @property
         def dynamic_counter(self):
-            return self._loss_scale.counter
+            """The count of finite steps since the last change of scale; None for a fixed scale
+            (as Keras documents)."""
+            return self._loss_scale.counter if self._npu_dynamic else None
+
+        @property
+        def loss_scale(self):
+            """The current loss scale (float32 scalar); a fixed scale is a constant, readable in
+            a TF1 graph before any variable is initialised (as Keras's)."""
+            if not self._npu_dynamic:
+                return tf.constant(self.initial_scale, tf.float32)
+            return tf.convert_to_tensor(self._loss_scale.current_loss_scale)
 
         @property
         def last_step_finite(self):
@@ -267,6 +343,7 @@ def _build_keras2():
             config = super().get_config()
             config.update(dynamic=self._npu_dynamic, initial_scale=self.initial_scale,
                           dynamic_growth_steps=self.dynamic_growth_steps)
+            _conversion.legacy_class = getattr(type(self), "_npu_legacy_class", None)
             return config
 
     class NpuLegacyLossScaleOptimizer(_Keras2, legacy_base):  # pylint: disable=abstract-method
@@ -316,6 +393,7 @@ def _build_keras2():
     NpuLossScaleOptimizer._npu_legacy_class = NpuLegacyLossScaleOptimizer  # pylint: disable=protected-access
     NpuLegacyLossScaleOptimizer.__module__ = __name__
     _register(NpuLegacyLossScaleOptimizer)
+    _register_legacy_conversion(NpuLegacyLossScaleOptimizer)
     NpuLossScaleOptimizer.__module__ = __name__
     return NpuLossScaleOptimizer
 
@@ -325,6 +403,31 @@ def _register(cls):
         return tf.keras.utils.register_keras_serializable(package="npu_loss_scale")(cls)
     except (AttributeError, ValueError):  # pragma: no cover - registration is a convenience
         return cls
+
+
+_conversion = threading.local()
+
+
+class _LegacyConversion:
+    """What Keras 2's ``convert_to_legacy_optimizer(optimizer)`` finds under the lower-cased
+    class name (``npulossscaleoptimizer``, shared by this module's class and npu_device's).
+    Keras takes the optimizer's config, then builds from it: the legacy class of the optimizer
+    whose config was taken last in this thread, so npu_device's keeps its rank agreement."""
+
+    default = None
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        legacy = getattr(_conversion, "legacy_class", None) or cls.default
+        return legacy.from_config(config, custom_objects)
+
+
+def _register_legacy_conversion(legacy_class):
+    _LegacyConversion.default = legacy_class
+    try:
+        tf.keras.utils.get_custom_objects()["npulossscaleoptimizer"] = _LegacyConversion
+    except AttributeError:  # pragma: no cover - a Keras without custom objects
+        pass
 
 
 def __getattr__(name):

@@ -184,7 +184,9 @@ class TorchScalerTwin:
 
 
 class KerasTwin:
-    """The Keras dynamic loss scale: halve on overflow (never below 1), double after N finite."""
+    """The Keras dynamic loss scale: halve on overflow (never below 1), double after N finite;
+    a doubling that would reach inf keeps the scale (Keras 2's rule, the package's on Keras 2
+    and 3: the scale never becomes infinite)."""
 
     def __init__(self, init, growth_steps):
         self.scale, self.counter, self.growth_steps = F32(init), 0, growth_steps
@@ -196,7 +198,10 @@ class KerasTwin:
         else:
             self.counter += 1
             if self.counter == self.growth_steps:
-                self.scale = F32(self.scale * F32(2.0))
+                with np.errstate(over="ignore"):
+                    doubled = F32(self.scale * F32(2.0))
+                if np.isfinite(doubled):
+                    self.scale = doubled
                 self.counter = 0
 
     def state(self):

@@ -401,6 +401,65 @@ def b_keras(**kwargs):
     return build
 
 
+KERAS3 = hasattr(tf.keras.optimizers, "LossScaleOptimizer")
+
+
+def _keras_trained():
+    """A weight and a Keras NpuLossScaleOptimizer (SGD with momentum) after one applied step."""
+    from npu_loss_scale import keras as nls_keras  # pylint: disable=import-outside-toplevel
+    var = tf.Variable([1.0, 2.0])
+    opt = nls_keras.NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.5, momentum=0.5),
+                                          initial_scale=8.0)
+    _keras_step(opt, var)
+    return var, opt
+
+
+def _keras_step(opt, var):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(var)
+        scaled = opt.scale_loss(loss) if KERAS3 else opt.get_scaled_loss(loss)
+    grads = tape.gradient(scaled, [var])
+    if not KERAS3:
+        grads = opt.get_unscaled_gradients(grads)
+    opt.apply_gradients(list(zip(grads, [var])))
+
+
+def _keras_state_variables(opt):
+    if KERAS3:
+        return [opt.dynamic_scale, opt.step_counter]
+    return [opt._loss_scale.current_loss_scale, opt.dynamic_counter]  # pylint: disable=protected-access
+
+
+def b_keras_checkpoint(which, value):
+    """A checkpoint whose loss scale (which=0) or growth counter (which=1) holds ``value``,
+    restored; the next step is the trigger; verify: weights and optimizer state as restored."""
+    def build(ctx):
+        var, opt = _keras_trained()
+        bad = _keras_state_variables(opt)[which]
+        bad.assign(tf.cast(value, bad.dtype))
+        path = tf.train.Checkpoint(var=var, opt=opt).save(os.path.join(str(ctx.tmp), "ckpt"))
+        var, opt = _keras_trained()
+        tf.train.Checkpoint(var=var, opt=opt).restore(path)
+        watched = [var] + _keras_state_variables(opt) + list(opt.variables)
+        before = [v.numpy().copy() for v in watched]
+
+        def verify():
+            for old, v in zip(before, watched):
+                np.testing.assert_array_equal(old, v.numpy())
+        return (lambda: _keras_step(opt, var)), verify
+    return build
+
+
+def b_keras_checkpoint_scale_shape(ctx):
+    """A checkpoint whose loss scale has two elements: tf.train.Checkpoint refuses it."""
+    var, opt = _keras_trained()
+    scale = tf.Variable([8.0, 8.0])
+    holder = tf.train.Checkpoint(dynamic_scale=scale) if KERAS3 else \
+        tf.train.Checkpoint(_loss_scale=tf.train.Checkpoint(current_loss_scale=scale))
+    path = tf.train.Checkpoint(opt=holder).save(os.path.join(str(ctx.tmp), "ckpt"))
+    return lambda: tf.train.Checkpoint(var=var, opt=opt).restore(path)
+
+
 # -- emulation, flags ---------------------------------------------------------------------------
 def b_sat_mode_env(ctx):
     ctx.mp.setenv(emulation.MODE_ENV_VAR, "2")
@@ -484,6 +543,7 @@ MMP = "MegatronMixedPrecisionOptimizer(...)"
 OPS = "OptimizerParamScheduler(...)"
 GS = "GradScaler(...)"
 KERAS = "keras.NpuLossScaleOptimizer(...)"
+KERAS_RESTORE = "tf.train.Checkpoint.restore, then a keras.NpuLossScaleOptimizer step"
 CLI = "python -m npu_loss_scale.emulate"
 NAN, INF = float("nan"), float("inf")
 
@@ -733,6 +793,22 @@ CASES = [
          r"initial_scale must be a finite real number >= 1; got nan", graph=False),
     case("keras-growth-steps-zero", KERAS, b_keras(dynamic_growth_steps=0), ValueError,
          r"dynamic_growth_steps must be an integer >= 1; got 0", graph=False),
+    case("keras-checkpoint-nan-scale", KERAS_RESTORE, b_keras_checkpoint(0, np.nan),
+         tf.errors.InvalidArgumentError,
+         r"loss scale variable (current_loss_scale|dynamic_scale) holds nan; accepted: a "
+         r"finite number >= 1", graph=False),
+    case("keras-checkpoint-scale-below-one", KERAS_RESTORE, b_keras_checkpoint(0, 0.5),
+         tf.errors.InvalidArgumentError,
+         r"loss scale variable (current_loss_scale|dynamic_scale) holds 0\.5; accepted: a "
+         r"finite number >= 1", graph=False),
+    case("keras-checkpoint-negative-counter", KERAS_RESTORE, b_keras_checkpoint(1, -3),
+         tf.errors.InvalidArgumentError,
+         r"growth counter variable (counter|step_counter) holds -3; accepted: an integer >= 0",
+         graph=False),
+    case("keras-checkpoint-scale-shape", "tf.train.Checkpoint.restore (Keras optimizer)",
+         b_keras_checkpoint_scale_shape, ValueError,
+         r"incompatible tensor with shape \(2,\) .*variable with shape \(\) and name "
+         r"\S*(current_loss_scale|dynamic_scale)", graph=False),
     # hooks
     case("hook-every-n-steps-zero", "LossScaleHook(...)",
          lambda c: lambda: nls.LossScaleHook(every_n_steps=0), ValueError,
@@ -946,6 +1022,8 @@ _STATE_INTACT = {
     "fixed-load-dynamic-state", "megatron-load-negative-tracker", "checkpoint-missing-variables",
     "checkpoint-dtype-mismatch", "checkpoint-corrupt", "checkpoint-path-missing",
     "scheduler-load-negative-steps", "grad-scaler-load-empty", "grad-scaler-load-nan-factor",
+    "keras-checkpoint-nan-scale", "keras-checkpoint-scale-below-one",
+    "keras-checkpoint-negative-counter",
 }
 
 

@@ -128,3 +128,25 @@ def test_the_campaign_reports_a_scale_rule_that_drifts_from_the_twin(monkeypatch
     assert tally.injected > 0
     assert tally.mismatches > 0
     assert any("the twin has" in f["what"] for f in tally.failures)
+
+
+def test_the_keras_twin_keeps_a_finite_scale_where_doubling_gives_inf():
+    twin = fuzz_campaign.KerasTwin(2.0 ** 126, 1)
+    twin.step(False)
+    assert twin.state() == {"loss_scale": 2.0 ** 127}
+    twin.step(False)
+    assert twin.state() == {"loss_scale": 2.0 ** 127}
+    twin.step(True)
+    assert twin.state() == {"loss_scale": 2.0 ** 126}
+
+
+def test_a_keras_case_that_reaches_float32s_ceiling_matches_its_twin():
+    """Seed 7, case 8 (growth every step, bfloat16): the scale reaches 2**127 by step 143 and
+    must stay there, in the package and in the twin, with every step decided alike."""
+    case = fuzz_campaign.make_case(7, 8)
+    assert case["frontend"] == "keras" and case["rule"]["growth_steps"] == 1
+    case["steps"] = 150
+    tally = fuzz_campaign.Tally()
+    runner = fuzz_campaign.run_case(case, tally)
+    assert tally.mismatches == 0, tally.failures[:3]
+    assert float(runner.opt.loss_scale.numpy()) == 2.0 ** 127

@@ -197,3 +197,18 @@ def test_npu_device_optimizer_around_a_legacy_optimizer_keeps_the_rank_agreement
     step(tf.constant([np.inf], tf.float32))
     assert weight.numpy().tolist() == [0.5] and float(opt.loss_scale) == 2.0
     assert not bool(opt.last_step_finite.numpy())
+
+
+@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+def test_npu_device_optimizer_converts_to_its_legacy_class_with_the_rank_agreement(npu_shim):  # pylint: disable=unused-argument
+    """Keras 2's convert_to_legacy_optimizer gives npu_device's legacy class (not a string, not
+    the package's class without the agreement), around the converted inner optimizer."""
+    import keras  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.5), initial_scale=16.0,
+                                dynamic_growth_steps=5)
+    converted = keras.__internal__.optimizers.convert_to_legacy_optimizer(opt)
+    assert type(converted) is NpuLossScaleOptimizer._npu_legacy_class  # pylint: disable=protected-access
+    assert converted._npu_check.is_distributed  # pylint: disable=protected-access
+    assert isinstance(converted.inner_optimizer, tf.keras.optimizers.legacy.SGD)
+    assert (converted.initial_scale, converted.dynamic_growth_steps) == (16.0, 5)
