@@ -265,7 +265,7 @@ def _build_keras2():
 
         def update(self, grads):
             # First of the step: a restored impossible scale or counter is refused.
-            check = _state_check("current_loss_scale", self.current_loss_scale, "counter",
+            check = _state_check("current_loss_scale", self.current_loss_scale, "good_steps",
                                  self.counter)
             grads = [g for g in tf.nest.flatten(grads) if g is not None]
             if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():

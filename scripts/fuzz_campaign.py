@@ -851,7 +851,7 @@ class _Runner:
                 message = str(error)
                 if _short_name(key) not in message:
                     tally.fail(case, step, "tampered %s (%s) refused, but the error does not "
-                               "name it: %s" % (key, case["tamper"]["kind"], message[:600]))
+                               "name it: %s" % (key, case["tamper"]["kind"], message[-700:]))
             else:
                 tally.fail(case, step, "a checkpoint with %s %s restored and stepped without "
                            "an error" % (key, case["tamper"]["kind"]))

@@ -15,7 +15,7 @@ KERAS3 = hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 NO_LEGACY = pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
 # The scale and counter variables as each Keras version names them.
 SCALE_NAME, COUNTER_NAME = ("dynamic_scale", "step_counter") if KERAS3 else \
-    ("current_loss_scale", "counter")
+    ("current_loss_scale", "good_steps")
 
 
 def _step(opt, var, loss_fn):
