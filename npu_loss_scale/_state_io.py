@@ -80,6 +80,8 @@ LIMITS = {
     "hysteresis_tracker": (_INT32_MIN, True, _INT32_MAX,
                            "an integer >= %d and <= %d (int32; it may be negative, as in "
                            "Megatron)" % (_INT32_MIN, _INT32_MAX)),
+    "min_scale_overflow_steps": (0, True, _INT32_MAX,
+                                 "an integer >= 0 and <= %d (int32)" % _INT32_MAX),
 }
 
 
@@ -173,3 +175,37 @@ def _checked_values(owner_name, named, state_dict, limits=None):
     limits = limits or {}
     return {k: _checked_value(owner_name, k, state_dict[k], v.dtype, limits.get(k))
             for k, v in named.items()}
+
+
+@tf.autograph.experimental.do_not_convert   # graph building only: nothing to convert
+def restored_state_check(owner_name, named, limits=None):
+    """An op that raises ``tf.errors.InvalidArgumentError`` when a state variable holds what its
+    owner can never reach: a NaN, inf or out-of-range value, or a shape other than a scalar.
+
+    Constructors and :func:`write` refuse such values, but a checkpoint restore (a name-based
+    ``tf.compat.v1.train.Saver``, ``tf.train.Checkpoint``) writes whatever the file holds,
+    shape included (a Saver does not check shapes). The owner runs this op before its scale is
+    used, so the first step after such a restore fails before anything is applied, with a
+    message naming the variable, its value and what is accepted. ``named`` maps a checkpoint key
+    to its variable; ``limits`` as in :func:`write`. In eager execution it raises right away.
+    """
+    checks = []
+    for key, var in named.items():
+        minimum, min_inclusive, maximum, accepted = (
+            (limits or {}).get(key) or LIMITS.get(key) or _default_limits(var.dtype))
+        value = tf.convert_to_tensor(var)
+        flat = tf.reshape(tf.cast(value, tf.float64), [-1])
+        finite = tf.math.is_finite(flat)
+        # Counted from the data: TensorFlow's graph optimizer would fold tf.size(value) to the
+        # variable's declared shape, which a Saver restore does not enforce.
+        count = tf.shape(tf.where(tf.logical_or(finite, tf.logical_not(finite))))[0]
+        above = flat >= minimum if min_inclusive else flat > minimum
+        ok = tf.logical_and(tf.equal(count, 1),
+                            tf.reduce_all(finite & above & (flat <= maximum)))
+        checks.append(tf.debugging.Assert(
+            ok, ["%s: its variable %s holds" % (owner_name, key), value,
+                 "which it can never reach (a checkpoint restored an impossible state); "
+                 "accepted: a scalar, %s. Restore a checkpoint this object wrote; nothing of "
+                 "this step was applied." % accepted], summarize=16,
+            name="check_restored_" + key))
+    return tf.group(*checks, name="check_restored_state")

@@ -75,9 +75,9 @@ def nonfinite_flag(grads, readers=None, reciprocal=None):
     this pass is done with that tensor (the unscaling waits for it, so it is the tensor's last
     reader and TensorFlow can write the unscaled values into the same buffer).
 
-    With ``readers`` and ``reciprocal`` (the float32 ``1 / loss scale``) given and the fused
-    kernel available (:mod:`npu_loss_scale._kernels`), each tensor is checked *and* unscaled
-    in that one pass: ``readers`` then holds an :class:`Unscaled` with the unscaled values, and
+    With ``readers`` and ``reciprocal`` (an :class:`npu_loss_scale._unscale.Reciprocal`) given
+    and the fused kernel available (:mod:`npu_loss_scale._kernels`), each tensor is checked
+    *and* unscaled in that one pass: ``readers`` then holds an :class:`Unscaled` with the unscaled values, and
     the flag counts exactly the infs and NaNs (no finite sum can overflow).
     """
     fused = None
@@ -88,7 +88,7 @@ def nonfinite_flag(grads, readers=None, reciprocal=None):
     for values in emulation.floating_values(grads):
         key = id(values)
         if fused is not None and values.dtype in _FUSED_DTYPES:
-            unscaled, check = fused.nls_unscale_and_check(values, reciprocal)
+            unscaled, check = fused.nls_unscale_and_check(values, reciprocal.factors)
             sums.append(check)
             readers[key] = Unscaled(unscaled)
             continue

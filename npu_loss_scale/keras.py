@@ -57,6 +57,7 @@ import threading
 import tensorflow as tf
 
 from . import _checks
+from ._unscale import Reciprocal, unscale_gradient
 from .frontends._overflow import OverflowCheck
 
 DEFAULT_INITIAL_SCALE = 2.0 ** 15
@@ -311,6 +312,12 @@ def _build_keras2():
                 self._loss_scale = _NpuLossScaleState(scale, steps, 2.0 if dynamic else 1.0,
                                                       check)
             self._track_trackable(self._loss_scale, "loss_scale", overwrite=True)
+
+        def get_unscaled_gradients(self, grads):
+            """Keras's, with the package's unscaling: exact at every scale, 2**127 included
+            (Keras 2 multiplies by a reciprocal that flushes to zero above 2**126)."""
+            reciprocal = Reciprocal.of(self.loss_scale)
+            return [None if g is None else unscale_gradient(g, reciprocal) for g in grads]
 
         @property
         def initial_scale(self):

@@ -201,7 +201,12 @@ class MegatronGradScaler(LossScaleManager):
 
     @property
     def inv_scale(self):
-        """``1 / scale`` computed in float64 and rounded to float32 (as Megatron does)."""
+        """``1 / scale`` computed in float64 and rounded to float32 (as Megatron does).
+
+        Above a scale of ``2**126`` it is a float32 subnormal, which CPU kernels flush to zero
+        when it is used: to unscale, let the optimizer do it (it multiplies by two normal
+        factors there, see :mod:`npu_loss_scale._unscale`) rather than multiplying by this.
+        """
         scale64 = tf.cast(self.get_loss_scale(), tf.float64)
         return tf.cast(tf.math.reciprocal(scale64), tf.float32)
 
@@ -392,6 +397,13 @@ class DynamicGradScaler(MegatronGradScaler):
         """The cap of growth; None means float32 max."""
         return self._max_scale
 
+    def _state_limits(self):
+        top = _checks.FLOAT32_MAX if self._max_scale is None else self._max_scale
+        return {"scale": (self._min_scale, True, top,
+                          "a finite number >= min_scale (%r) and <= %s" % (
+                              self._min_scale, "3.4028235e38 (float32 max)"
+                              if self._max_scale is None else "max_scale (%r)" % top))}
+
     def _build_state(self):
         state = super()._build_state()
         state["growth_var"] = self._add_weight("growth_tracker", 0, tf.int32)
@@ -475,7 +487,7 @@ class DynamicGradScaler(MegatronGradScaler):
 
     def load_state_dict(self, state_dict, session=None):
         """Assigns the three values of a :meth:`state_dict` (all three keys required)."""
-        _state_io.write(self, self._state_variables, state_dict, session)
+        _state_io.write(self, self._state_variables, state_dict, session, self._state_limits())
 
     def get_config(self):
         return {"initial_scale": self._initial_scale, "min_scale": self._min_scale,

@@ -5,6 +5,7 @@ import warnings
 import tensorflow as tf
 
 from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
+from ._unscale import Reciprocal, unscale_gradient
 from .policy import LossScaleManager
 
 _Base = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
@@ -64,24 +65,6 @@ class _Counter:
                 return tf.identity(value)
 
 
-def unscale_gradient(grad, loss_scale_reciprocal):
-    """``grad`` (a tensor or ``IndexedSlices``) times the float32 ``loss_scale_reciprocal``.
-
-    float16/bfloat16 gradients are unscaled in float32 and cast back: a reciprocal such as
-    2**-32 is not representable in them.
-    """
-    def unscale(values):
-        if values.dtype == tf.float32:
-            return values * loss_scale_reciprocal
-        if values.dtype == tf.float64:
-            return values * tf.cast(loss_scale_reciprocal, tf.float64)
-        return tf.cast(tf.cast(values, tf.float32) * loss_scale_reciprocal, values.dtype)
-
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(unscale(grad.values), grad.indices, grad.dense_shape)
-    return unscale(grad)
-
-
 class NPULossScaleOptimizer(_Base):
     """Wraps a ``tf.compat.v1.train`` optimizer with Ascend-style loss scaling.
 
@@ -89,7 +72,9 @@ class NPULossScaleOptimizer(_Base):
 
     1. The loss is multiplied by the manager's loss scale, the inner optimizer computes the
        gradients of the scaled loss, and every non-None gradient (dense or ``IndexedSlices``) is
-       multiplied by ``1 / loss_scale``: gradients come back unscaled. Nothing is cleared here.
+       multiplied by ``1 / loss_scale`` (as two normal float32 factors above ``2**126``, where
+       the reciprocal itself would flush to zero: see :mod:`npu_loss_scale._unscale`):
+       gradients come back unscaled. Nothing is cleared here.
     2. After every gradient exists, the overflow status is read, then cleared: from the
        device's float-status register (``npu`` backend), its CPU emulation (``emulation``) or an
        IEEE inf/NaN test (``inf_nan``). The register is sticky from one read to the next, across
@@ -439,12 +424,16 @@ class NPULossScaleOptimizer(_Base):
         # With the fused kernel (npu_loss_scale._kernels) the check and the unscaling are one
         # pass: the check hands back the unscaled values.
         readers = {}
-        reciprocal = 1 / self._loss_scale()
+        reciprocal = Reciprocal.of(self._loss_scale())
         wait, flag = self._detector.observe_scaled_gradients(grads, readers, reciprocal)
         unscaled = self._unscale_after(grads, readers, reciprocal)
         self._mark_observed([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
                              if g is not None], (wait, flag))
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
+
+    def _unscale_grads(self, grads):
+        reciprocal = Reciprocal.of(self._loss_scale())
+        return [None if g is None else self._scale_grad(g, reciprocal) for g in grads]
 
     def _scale_grad(self, grad, loss_scale_reciprocal):
         return unscale_gradient(grad, loss_scale_reciprocal)

@@ -115,21 +115,40 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
             state.setdefault("_weights", {}).update(self._pending_weights)
         finally:
             self._pending_weights = None
+        if state.get("loss_scale") is not None and state["_weights"]:
+            # the graph's scale, used by every step, waits for the check of the whole state
+            with tf.control_dependencies([self._restored_state_check(state)]):
+                state["checked_loss_scale"] = tf.identity(state["loss_scale"])
         return state
+
+    def _state_limits(self):
+        """``{checkpoint key: (minimum, min_inclusive, maximum, accepted-text)}`` for state
+        variables whose accepted values are not the defaults of ``_state_io.LIMITS``."""
+        return {}
+
+    def _restored_state_check(self, state):
+        """An op refusing a restored state no rule can reach (see
+        :func:`npu_loss_scale._state_io.restored_state_check`)."""
+        return _state_io.restored_state_check(type(self).__name__, state["_weights"],
+                                              self._state_limits())
 
     @abc.abstractmethod
     def _build_state(self):
         """Creates this manager's tensors and variables in the current graph; returns a dict."""
 
+    @tf.autograph.experimental.do_not_convert   # graph building only: nothing to convert
     def _scale_of_variable(self):
         """The scale of a manager whose state holds it as ``scale_var`` (made by
         :meth:`_add_weight`) and ``loss_scale`` (that weight's fetchable value, or None): the
-        fetchable ``loss_scale:0`` in a graph, the variable's value in eager or under a strategy.
+        value of ``loss_scale:0`` in a graph, the variable's value in eager or under a strategy;
+        either way read after :meth:`_restored_state_check` of the whole state, so a step after
+        the restore of an impossible state fails before anything uses the scale.
         """
         s = self._state()
         if s["loss_scale"] is not None and not tf.distribute.has_strategy():
-            return s["loss_scale"]
-        return tf.convert_to_tensor(s["scale_var"])
+            return s["checked_loss_scale"]
+        with tf.control_dependencies([self._restored_state_check(s)]):
+            return tf.identity(s["scale_var"])
 
     def _add_weight(self, name, initial_value, dtype=None):
         """Creates a non-trainable state variable (call it from ``_build_state``).

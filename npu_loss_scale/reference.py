@@ -79,3 +79,25 @@ class FixedRule:
 
     def update(self, finite):  # pylint: disable=unused-argument
         return False
+
+
+# Unscaling. Above this scale the float32 reciprocal 1/S is subnormal (CPU kernels flush it to
+# zero), so the package multiplies by two normal factors instead: 2**-64, then fl(2**64 / S).
+UNSCALE_SPLIT_ABOVE = np.float32(2.0 ** 126)
+
+
+def unscale(grad, loss_scale):
+    """``grad`` (a NumPy float16, float32 or float64 array) divided by ``loss_scale`` as the
+    package's optimizers do it: times ``fl(1/S)`` up to ``S = 2**126``, above it times
+    ``2**-64`` and then times ``fl(2**64/S)`` (float32 factors; float16 in float32 and rounded
+    back; float64 in float64)."""
+    scale = np.float32(loss_scale)
+    if scale > UNSCALE_SPLIT_ABOVE:
+        factors = (np.float32(2.0 ** -64), np.float32(np.float32(2.0 ** 64) / scale))
+    else:
+        factors = (np.float32(np.float32(1.0) / scale),)
+    grad = np.asarray(grad)
+    wide = grad.astype(np.float64 if grad.dtype == np.float64 else np.float32)
+    for factor in factors:
+        wide = wide * wide.dtype.type(factor)
+    return wide.astype(grad.dtype)

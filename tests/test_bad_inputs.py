@@ -327,6 +327,33 @@ def b_restore_shape_mismatch(ctx):
     return lambda: _closing(sess, lambda: mgr.state_dict(sess))
 
 
+def b_restore_then_step(make_manager, variables):
+    """Saver.restore of a checkpoint holding a state no rule reaches (written from plain
+    variables), then one training step: it raises naming the variable; verify: nothing of the
+    step was applied."""
+    def build(ctx):
+        path = _write_checkpoint(os.path.join(str(ctx.tmp), "ckpt"),
+                                 dict(variables, w=np.float32([1.0, 2.0])))
+        w = _var("w", [0.0, 0.0])
+        opt = nls.NPULossScaleOptimizer(_sgd(), make_manager())
+        train = opt.minimize(tf.reduce_sum(w * w))
+        sess = tf.compat.v1.Session()
+        sess.run(tf.compat.v1.global_variables_initializer())
+        tf.compat.v1.train.Saver().restore(sess, path)
+
+        def verify():
+            try:
+                np.testing.assert_array_equal(sess.run(w), [1.0, 2.0])
+            finally:
+                sess.close()
+        return (lambda: sess.run(train)), verify
+    return build
+
+
+_MEGATRON_CKPT = {"scale": np.float32(1024.0), "growth_tracker": np.int32(0),
+                  "hysteresis_tracker": np.int32(2), "min_scale_overflow_steps": np.int32(0)}
+
+
 def _closing(sess, fn):
     try:
         return fn()
@@ -697,7 +724,32 @@ CASES = [
     case("checkpoint-shape-mismatch", "Saver.restore, then " + EXP + ".state_dict",
          b_restore_shape_mismatch, ValueError,
          r"state_dict\(\): variable 'loss_scale' holds shape \(2,\) where a scalar is expected"),
+    case("checkpoint-nan-scale-first-step", "Saver.restore, then the train op",
+         b_restore_then_step(_dynamic, dict(_MANAGER_CKPT, loss_scale=np.float32(NAN))),
+         tf.errors.InvalidArgumentError,
+         r"ExponentialUpdateLossScaleManager: its variable loss_scale holds\] \[nan\] .*"
+         r"accepted: a scalar, a finite number >= 1 and <= 3\.4028235e38"),
+    case("checkpoint-negative-counter-first-step", "Saver.restore, then the train op",
+         b_restore_then_step(_dynamic, dict(_MANAGER_CKPT, loss_scale=np.float32(8.0),
+                                            bad_steps=np.int32(-2))),
+         tf.errors.InvalidArgumentError,
+         r"its variable bad_steps holds\] \[-2\] .*accepted: a scalar, an integer >= 0"),
+    case("checkpoint-shape-mismatch-first-step", "Saver.restore, then the train op",
+         b_restore_then_step(_dynamic, dict(_MANAGER_CKPT, loss_scale=np.float32([8.0, 8.0]))),
+         tf.errors.InvalidArgumentError,
+         r"its variable loss_scale holds\] \[8 8\] .*accepted: a scalar, "),
     # Megatron
+    case("megatron-checkpoint-below-min-scale", "Saver.restore, then the train op",
+         b_restore_then_step(_megatron_dynamic, dict(_MEGATRON_CKPT, scale=np.float32(0.5))),
+         tf.errors.InvalidArgumentError,
+         r"DynamicGradScaler: its variable scale holds\] \[0\.5\] .*accepted: a scalar, a "
+         r"finite number >= min_scale \(1\.0\)"),
+    case("megatron-load-below-min-scale", DYN + ".load_state_dict",
+         lambda c: lambda: nls.DynamicGradScaler(
+             1024, 4, 2, 0.5, 1000, 2).load_state_dict(
+                 {"scale": 2.0, "growth_tracker": 0, "hysteresis_tracker": 2}),
+         ValueError, r"state_dict\['scale'\] must be a finite number >= min_scale \(4\.0\) .*"
+                     r"got 2\.0", graph=False),
     case("megatron-backoff-above-one", DYN, lambda c: lambda: nls.DynamicGradScaler(
         2.0 ** 16, 1, 2, 1.5, 1000, 2), ValueError,
          r"backoff_factor must be in the open interval \(0, 1\); got 1\.5"),
@@ -964,7 +1016,12 @@ on TF 2.21 they skip.
 One behaviour is TensorFlow's own: a `tf.compat.v1.train.Saver` does not check shapes when it
 restores, so a checkpoint whose `loss_scale` holds two elements is restored as is; the manager's
 `state_dict()` then refuses it naming the variable and the shape (row
-`checkpoint-shape-mismatch`).
+`checkpoint-shape-mismatch`). A restore (name-based `Saver` or `tf.train.Checkpoint`) writes
+whatever the checkpoint holds, so a state no rule can reach (NaN, inf, zero or below-minimum
+scale, negative counters, a non-scalar) is refused by the first training step after it, which
+raises `InvalidArgumentError` naming the variable, its value and what is accepted, before
+anything of the step is applied (rows `checkpoint-*-first-step`,
+`megatron-checkpoint-below-min-scale`).
 
 """
 
@@ -1024,6 +1081,8 @@ _STATE_INTACT = {
     "scheduler-load-negative-steps", "grad-scaler-load-empty", "grad-scaler-load-nan-factor",
     "keras-checkpoint-nan-scale", "keras-checkpoint-scale-below-one",
     "keras-checkpoint-negative-counter",
+    "checkpoint-nan-scale-first-step", "checkpoint-negative-counter-first-step",
+    "checkpoint-shape-mismatch-first-step", "megatron-checkpoint-below-min-scale",
 }
 
 

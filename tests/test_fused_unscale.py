@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from npu_loss_scale import _kernels
+from npu_loss_scale._unscale import Reciprocal
 
 
 @pytest.fixture
@@ -27,11 +28,14 @@ def _op(monkeypatch):
     return module.nls_unscale_and_check
 
 
-def _expected(x, reciprocal, dtype):
+def _expected(x, factors, dtype):
+    """NumPy's x * first * second (left to right; float16/bfloat16 in float32, then rounded
+    back by TensorFlow's cast). NumPy does not flush subnormals, so nothing hides a flush."""
+    first, second = (np.float32(f) for f in factors)
     if dtype == tf.float64:
-        return x * np.float64(np.float32(reciprocal))
-    wide = tf.cast(tf.constant(x), tf.float32) * np.float32(reciprocal)  # TF's own rounding back
-    return tf.cast(wide, dtype).numpy()
+        return x * np.float64(first) * np.float64(second)
+    wide = tf.cast(tf.constant(x), tf.float32).numpy() * first * second
+    return tf.cast(tf.constant(wide), dtype).numpy()
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
@@ -41,10 +45,15 @@ def test_the_product_is_bitwise_tensorflows_and_the_check_finds_every_inf_and_na
     op = _op(monkeypatch)
     rng = np.random.RandomState(size)
     x = tf.cast(tf.constant(rng.randn(size) * 100), dtype).numpy()
-    for reciprocal in (2.0 ** -15, 0.3, 1.0):
-        unscaled, check = op(tf.constant(x), np.float32(reciprocal))
+    cases = [(x, (1.0, 2.0 ** -15)), (x, (1.0, 0.3)), (x, (1.0, 1.0))]
+    if dtype != tf.float16:   # the split factors of scales above 2**126, on such scaled values
+        big = tf.cast(tf.constant(x.astype(np.float64) * 2.0 ** 110), dtype).numpy()
+        cases += [(big, (2.0 ** -64, 2.0 ** -63)),
+                  (big, (2.0 ** -64, np.float32(2.0 ** 64) / np.float32(3e38)))]
+    for values, factors in cases:
+        unscaled, check = op(tf.constant(values), np.float32(factors))
         got = unscaled.numpy()
-        want = _expected(x, reciprocal, dtype)
+        want = _expected(values, factors, dtype)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
         assert check.numpy() == 0.0
@@ -52,7 +61,7 @@ def test_the_product_is_bitwise_tensorflows_and_the_check_finds_every_inf_and_na
         for where in sorted({0, size // 2, size - 1}):
             y = x.copy()
             y[where] = bad
-            _, check = op(tf.constant(y), np.float32(0.5))
+            _, check = op(tf.constant(y), np.float32([1.0, 0.5]))
             assert np.isnan(check.numpy()), (bad, where)
 
 
@@ -61,7 +70,7 @@ def test_largest_finite_values_are_not_flagged(monkeypatch, fresh_kernel_state):
     for dtype, big in ((np.float16, 65504.0), (np.float32, 3.4028235e38)):
         x = np.full(50_000, big, dtype)
         x[::2] *= -1
-        _, check = op(tf.constant(x), np.float32(1.0))
+        _, check = op(tf.constant(x), np.float32([1.0, 1.0]))
         assert check.numpy() == 0.0
 
 
@@ -145,3 +154,21 @@ def test_a_compiler_error_is_reported_with_its_message(monkeypatch, tmp_path, fr
     with pytest.raises(_kernels.FusedKernelError, match="compiler exit 3: fatal: cannot build"):
         _kernels.load_unscale_check()
     assert not list((tmp_path / "cache" / "kernels").glob("*.so*"))   # no half-written library
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float32, tf.float64])
+@pytest.mark.parametrize("exponent", [126, 127])
+def test_a_scale_whose_reciprocal_is_subnormal_unscales_exactly(dtype, exponent, monkeypatch,
+                                                                 fresh_kernel_state):
+    """At 2**126 and 2**127 the kernel, given Reciprocal.of(scale)'s factors, gives back the
+    gradient itself (the NumPy float64 value of g*S/S), nothing flushed to zero."""
+    op = _op(monkeypatch)
+    g = tf.cast(tf.constant(np.random.RandomState(exponent).uniform(-1, 1, 50_000)),
+                dtype).numpy()   # |g| <= 1: g * 2**127 is finite
+    scaled = (g.astype(np.float64) * 2.0 ** exponent).astype(g.dtype)
+    unscaled, check = op(tf.constant(scaled), Reciprocal.of(2.0 ** exponent).factors)
+    got = unscaled.numpy().astype(np.float64)
+    np.testing.assert_array_equal(got, scaled.astype(np.float64) / 2.0 ** exponent)
+    np.testing.assert_array_equal(got, g.astype(np.float64))
+    assert np.count_nonzero(got) == np.count_nonzero(g) > 0
+    assert check.numpy() == 0.0

@@ -201,10 +201,11 @@ _GOOD_SD = {"scale": 4.0, "growth_tracker": 1, "hysteresis_tracker": -2}
 
 
 @pytest.mark.parametrize("key, value, accepted", [
-    ("scale", -1.0, "> 0"),
-    ("scale", 0.0, "> 0"),
+    ("scale", -1.0, ">= min_scale (1.0)"),
+    ("scale", 0.0, ">= min_scale (1.0)"),
+    ("scale", 0.5, ">= min_scale (1.0)"),      # the rule never goes below min_scale
     ("scale", 1e39, "float32 max"),            # would be stored as inf
-    ("scale", 1e-50, "> 0"),                   # would be stored as 0.0
+    ("scale", 1e-50, ">= min_scale (1.0)"),    # would be stored as 0.0
     ("scale", float("nan"), "finite"),
     ("scale", 10 ** 39, "float32 max"),
     ("scale", 10 ** 400, "float32 max"),
@@ -246,8 +247,8 @@ def test_load_state_dict_accepts_the_extremes_of_the_limits():
     extremes = {"scale": F32_MAX, "growth_tracker": 2 ** 31 - 1, "hysteresis_tracker": -2 ** 31}
     scaler.load_state_dict(extremes)
     assert scaler.state_dict() == extremes
-    scaler.load_state_dict({"scale": 1e-45, "growth_tracker": 0.0, "hysteresis_tracker": 3.0})
-    assert scaler.state_dict() == {"scale": float(np.float32(1e-45)), "growth_tracker": 0,
+    scaler.load_state_dict({"scale": 1.0, "growth_tracker": 0.0, "hysteresis_tracker": 3.0})
+    assert scaler.state_dict() == {"scale": 1.0, "growth_tracker": 0,     # 1.0 = min_scale
                                    "hysteresis_tracker": 3}
     scaler.load_state_dict({"scale": 10 ** 30, "growth_tracker": np.int64(5),
                             "hysteresis_tracker": tf.constant(-4)})

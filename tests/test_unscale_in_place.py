@@ -1,7 +1,7 @@
 """The unscaling multiply is the last reader of each scaled gradient, so TensorFlow writes the
 unscaled values into the scaled gradient's own buffer: no new buffer per gradient and step.
-Both with the fused unscale-and-check kernel (one op per gradient) and without it (the multiply
-waits for the check's sum).
+Both with the fused unscale-and-check kernel (one op per gradient) and without it (the two
+multiplies by the factors of 1/S wait for the check's sum, and each writes in place).
 
 Checked from the allocation records of a traced step: the multiply's output has the address of
 its input. Before the unscaling waited for the check's read, the emulation backend never got
@@ -48,9 +48,13 @@ def test_each_unscaling_multiply_writes_into_the_scaled_gradient(backend, fused,
         muls = []
         for g, _ in grads_and_vars:
             assert g.op.type == ("NlsUnscaleAndCheck" if fused == "on" else "Mul"), g.op.type
-            scaled = [_source(t) for t in g.op.inputs if t.shape.rank]
-            assert len(scaled) == 1
-            muls.append((g, scaled[0]))
+            if fused == "on":
+                scaled = g.op.inputs[0]                  # (scaled, factors)
+            else:                                        # MulNoNan(scaled, first) * second
+                assert g.op.inputs[0].op.type == "MulNoNan", g.op.inputs[0].op.type
+                scaled = g.op.inputs[0].op.inputs[0]
+            assert scaled.shape == g.shape
+            muls.append((g, _source(scaled)))
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for _ in range(3):

@@ -1,10 +1,13 @@
 """Native kernels, built on first use with the machine's C++ compiler and TensorFlow's headers.
 
-``NlsUnscaleAndCheck(scaled, reciprocal) -> (unscaled, check)`` makes one pass over a scaled
-gradient: it writes ``scaled * reciprocal`` (into the gradient's own buffer when TensorFlow lets
-it) and returns ``check``, 0.0 when every scaled value is finite and NaN otherwise. The product
-is bitwise what TensorFlow's ``Mul`` gives (float16/bfloat16 are multiplied in float32 and
-rounded back, as :func:`npu_loss_scale.optimizer.unscale_gradient` does). It replaces the
+``NlsUnscaleAndCheck(scaled, factors) -> (unscaled, check)`` makes one pass over a scaled
+gradient: it writes ``scaled * factors[0] * factors[1]`` (into the gradient's own buffer when
+TensorFlow lets it) and returns ``check``, 0.0 when every scaled value is finite and NaN
+otherwise. ``factors`` are the two float32 factors of ``1 / loss scale`` of
+:class:`npu_loss_scale._unscale.Reciprocal` (the first is 1 up to a scale of ``2**126``; then
+the kernel multiplies once). The product is bitwise what TensorFlow's ``Mul`` gives
+(float16/bfloat16 are multiplied in float32 and rounded back, as
+:func:`npu_loss_scale._unscale.unscale_gradient` does). It replaces the
 unscaling multiply plus the per-tensor sum of the ``inf_nan`` and ``emulation`` backends:
 one pass over the gradients instead of two.
 

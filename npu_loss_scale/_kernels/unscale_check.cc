@@ -1,5 +1,8 @@
 // One pass over a scaled gradient: writes the unscaled values (in place when TensorFlow lets
 // the kernel reuse the input buffer) and says whether any scaled value was an inf or a NaN.
+// The reciprocal of the loss scale comes as two normal float32 factors (first, second), see
+// npu_loss_scale/_unscale.py: first is 1 unless the scale is above 2**126, where one factor
+// would be a subnormal that the CPU flushes to zero. With first == 1 the loop multiplies once.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -19,7 +22,7 @@ using tensorflow::TensorShape;
 
 REGISTER_OP("NlsUnscaleAndCheck")
     .Input("scaled: T")
-    .Input("reciprocal: float")
+    .Input("factors: float")
     .Output("unscaled: T")
     .Output("check: float")
     .Attr("T: {half, bfloat16, float, double}")
@@ -49,11 +52,22 @@ template <> struct Bits<Eigen::bfloat16> {
   static constexpr U kExp = 0x7f80u, kStep = 0x0080u, kTop = 0x8000u;
 };
 
-template <typename T> inline T Times(T x, float r) {
-  return static_cast<T>(static_cast<float>(x) * r);
+// x * first * second, multiplied left to right; with kSplit false, x * second (first is 1).
+template <typename T, bool kSplit> inline T Times(T x, float first, float second) {
+  float wide = static_cast<float>(x);
+  if (kSplit) wide *= first;
+  return static_cast<T>(wide * second);
 }
-template <> inline float Times<float>(float x, float r) { return x * r; }
-template <> inline double Times<double>(double x, float r) { return x * static_cast<double>(r); }
+template <> inline float Times<float, false>(float x, float, float second) { return x * second; }
+template <> inline float Times<float, true>(float x, float first, float second) {
+  return x * first * second;
+}
+template <> inline double Times<double, false>(double x, float, float second) {
+  return x * static_cast<double>(second);
+}
+template <> inline double Times<double, true>(double x, float first, float second) {
+  return x * static_cast<double>(first) * static_cast<double>(second);
+}
 
 template <typename T>
 class UnscaleAndCheckOp : public OpKernel {
@@ -62,19 +76,33 @@ class UnscaleAndCheckOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& in = ctx->input(0);
-    const Tensor& rt = ctx->input(1);
-    OP_REQUIRES(ctx, rt.NumElements() == 1,
-                absl::InvalidArgumentError("reciprocal must be a scalar"));
-    const float r = rt.flat<float>()(0);
+    const Tensor& ft = ctx->input(1);
+    OP_REQUIRES(ctx, ft.NumElements() == 2,
+                absl::InvalidArgumentError(
+                    "factors must hold two float32 values (first, second) whose product is "
+                    "1 / loss scale; got " + ft.shape().DebugString()));
+    const float first = ft.flat<float>()(0), second = ft.flat<float>()(1);
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));
     Tensor* check = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &check));
-    using U = typename Bits<T>::U;
     const T* src = in.flat<T>().data();
     T* dst = out->flat<T>().data();
     const int64_t n = in.NumElements();
     std::atomic<bool> bad(false);
+    if (first == 1.0f) {
+      Run<false>(ctx, src, dst, n, first, second, &bad);
+    } else {
+      Run<true>(ctx, src, dst, n, first, second, &bad);
+    }
+    check->scalar<float>()() = bad.load() ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+  }
+
+ private:
+  template <bool kSplit>
+  static void Run(OpKernelContext* ctx, const T* src, T* dst, int64_t n, float first,
+                  float second, std::atomic<bool>* bad) {
+    using U = typename Bits<T>::U;
     auto work = [&](int64_t begin, int64_t end) {
       U acc = 0;
       for (int64_t i = begin; i < end; ++i) {
@@ -83,9 +111,9 @@ class UnscaleAndCheckOp : public OpKernel {
         std::memcpy(&bits, &x, sizeof(U));
         acc |= static_cast<U>(static_cast<U>((bits & Bits<T>::kExp) + Bits<T>::kStep) &
                               Bits<T>::kTop);
-        dst[i] = Times<T>(x, r);
+        dst[i] = Times<T, kSplit>(x, first, second);
       }
-      if (acc) bad.store(true, std::memory_order_relaxed);
+      if (acc) bad->store(true, std::memory_order_relaxed);
     };
     auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
     if (n < 32768 || threads == nullptr || threads->num_threads <= 1) {
@@ -93,7 +121,6 @@ class UnscaleAndCheckOp : public OpKernel {
     } else {
       threads->workers->ParallelFor(n, /*cost_per_unit=*/4, work);
     }
-    check->scalar<float>()() = bad.load() ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
   }
 };
 

@@ -17,7 +17,7 @@ pass (and from earlier micro-batches) of the step.
 import tensorflow as tf
 
 from .. import _checks, agreement as agreement_lib, detection, emulation
-from ..optimizer import unscale_gradient
+from .._unscale import unscale_gradient
 
 
 def _values(grad):
@@ -94,9 +94,10 @@ class OverflowCheck:
     def check_and_unscale(self, grads, inv_scale):
         """One pass over ``grads``: (unscaled grads, float32 scalar count of bad gradients).
 
-        ``grads`` is a list whose entries are tensors, ``IndexedSlices`` or None; ``inv_scale`` a
-        float32 scalar. Gradients are unscaled in float32 (a reciprocal such as 2**-24 is not a
-        float16 number) and cast back to their dtype.
+        ``grads`` is a list whose entries are tensors, ``IndexedSlices`` or None; ``inv_scale`` an
+        :class:`npu_loss_scale._unscale.Reciprocal` (``Reciprocal.of(scale)``: exact at every
+        scale) or a float32 scalar used as one exact factor. Gradients are unscaled in float32
+        (a reciprocal such as 2**-24 is not a float16 number) and cast back to their dtype.
         """
         out, bad = [], []
         for g in grads:

@@ -62,6 +62,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import _checks
+from .._unscale import Reciprocal
 from ._overflow import OverflowCheck
 
 # The scale's range. MIN_SCALE is float32's smallest normal number (2**-126): backing off stops
@@ -451,7 +452,7 @@ class GradScaler(tf.Module):
 
     def _unscale(self, iteration, state, grads):
         gradients, variables, pairs = self._split(grads)
-        inv_scale = tf.math.reciprocal(self._scale_tensor())
+        inv_scale = Reciprocal.of(self._scale_tensor())   # exact at every scale
         if not self._async():
             register = self._read_register(iteration, after=_flat_tensors(gradients))
         elif not self._on_optimizer_thread() and iteration.register is None:
