@@ -4,6 +4,9 @@
 #   bash scripts/setup_env.sh            # both stacks
 #   bash scripts/setup_env.sh tf215      # only TensorFlow 2.15 (+ tensorflow-estimator)
 #   bash scripts/setup_env.sh tf221      # only TensorFlow 2.21
+#   bash scripts/setup_env.sh tf115      # TensorFlow 1.15.5 on Python 3.7 (Ascend's TF1 adapter's
+#                                        # stack): needs a Python 3.7 interpreter, taken from
+#                                        # PYTHON37, else pyenv, else python3.7 on PATH
 #   bash scripts/setup_env.sh campaign   # TF 2.15 plus the third-party packages real Ascend
 #                                        # scripts import (for scripts/try_ascend_scripts.py;
 #                                        # no test needs it)
@@ -21,9 +24,36 @@ requirements_for() {
   case "$1" in
     tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
+    # TF 1.15.5 wants numpy < 1.19 and h5py <= 2.10; protobuf 4 breaks its generated code. The
+    # test tools are the last releases that still support Python 3.7.
+    tf115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 typing_extensions==4.7.1 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0" ;;
     campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
-    *) echo "unknown stack '$1' (accepted: tf215, tf221, campaign)" >&2; return 2 ;;
+    *) echo "unknown stack '$1' (accepted: tf215, tf221, tf115, campaign)" >&2; return 2 ;;
   esac
+}
+
+# The interpreter a stack is built from. TF 1.15 has wheels for Python 3.7 at the newest.
+python_for() {
+  case "$1" in
+    tf115) find_python37 ;;
+    *) echo "$python" ;;
+  esac
+}
+
+find_python37() {
+  local candidate
+  for candidate in "${PYTHON37:-}" "$(pyenv which python3.7 2>/dev/null || true)" \
+                   "$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.7.*/bin/python3.7 2>/dev/null | sort -V | tail -1)" \
+                   "$(command -v python3.7 || true)"; do
+    if [ -n "$candidate" ] && [ -x "$candidate" ] &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 7))' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  echo "[setup_env] tf115: no Python 3.7 interpreter found (TensorFlow 1.15 has no wheels for a" \
+       "later Python). Set PYTHON37=/path/to/python3.7, or install one: 'pyenv install 3.7.16'," \
+       "or your distribution's python3.7 package." >&2
+  return 1
 }
 
 for stack in "${stacks[@]}"; do
@@ -35,8 +65,9 @@ for stack in "${stacks[@]}"; do
     echo "[setup_env] $stack: up to date ($venv)"
     continue
   fi
-  echo "[setup_env] $stack: creating $venv"
-  "$python" -m venv "$venv"
+  interpreter="$(python_for "$stack")" || exit 1
+  echo "[setup_env] $stack: creating $venv from $interpreter"
+  "$interpreter" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
   # shellcheck disable=SC2086
   "$venv/bin/python" -m pip install --quiet $reqs 2>&1 | grep -v "is ignored: it is neither" || true
