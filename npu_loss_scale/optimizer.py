@@ -7,7 +7,7 @@ import tensorflow as tf
 from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
 from ._compat.lookup import MutableHashTable
 from ._compat.loss_scale_optimizer import LossScaleOptimizerBase
-from .policy import LossScaleManager
+from .policy import as_manager
 
 
 FINITE_OP_NAME = "overflow_status_reduce_all"
@@ -132,7 +132,9 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
 
     Args:
       opt: the optimizer to wrap, an instance of ``tf.compat.v1.train.Optimizer``.
-      loss_scale_manager: a :class:`LossScaleManager`.
+      loss_scale_manager: a :class:`LossScaleManager`, or any object with ``get_loss_scale()``
+        and ``update_loss_scale(finite_grads)`` (a manager written for contrib or Ascend's
+        adapter): its ``update_loss_scale`` is called once per step, inside the train op.
       is_distributed: sum the overflow status across ranks before deciding (Horovod, HCCL or a
         ``tf.distribute`` strategy; see :mod:`npu_loss_scale.agreement`).
       backend: overflow detection backend, ``"npu"``, ``"emulation"`` or ``"inf_nan"``; default:
@@ -163,10 +165,7 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
                             "tf.compat.v1.train.AdamOptimizer); got %r (type %s). For Keras "
                             "optimizers use a Keras loss-scale optimizer instead."
                             % (opt, type(opt).__name__))
-        if not isinstance(loss_scale_manager, LossScaleManager):
-            raise TypeError("loss_scale_manager must be a LossScaleManager (FixedLossScaleManager "
-                            "or ExponentialUpdateLossScaleManager); got %r (type %s)"
-                            % (loss_scale_manager, type(loss_scale_manager).__name__))
+        manager = as_manager(loss_scale_manager)
         _checks.boolean("is_distributed", is_distributed)
         _checks.boolean("summaries", summaries)
         self._checkpoint_skipped = _checks.boolean("checkpoint_skipped_steps",
@@ -174,16 +173,18 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError("name must be a non-empty string or None; got %r" % (name,))
         self._accumulation_steps = _checks.positive_int("accumulation_steps", accumulation_steps)
-        self._manager = loss_scale_manager
+        self._manager = manager
         self._is_distributed = is_distributed
-        self._check_overflow = bool(loss_scale_manager.get_enable_overflow_check())
+        self._check_overflow = bool(manager.get_enable_overflow_check())
         self._backend_name = detection.get_backend_name(backend)
         self._detector = detection.make_detector(self._backend_name)
         if agreement is not None and not isinstance(agreement, agreement_lib.Agreement):
             _checks.one_of("agreement", agreement, agreement_lib.AGREEMENT_NAMES)
         self._agreement_choice = agreement
         self._summaries = summaries
-        super().__init__(opt, loss_scale_manager)
+        super().__init__(opt, manager)
+        # The attribute Ascend's TF1 optimizer (and contrib's) keeps the manager in: the user's.
+        self._loss_scale_manager = loss_scale_manager
         self._name = name or "NPULossScale_" + opt.get_name()
         self._per_graph = _graphs.PerGraph("optimizer")
         self._state()   # create skipped_steps now, beside the manager's variables
@@ -191,7 +192,7 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
     # -- public properties --------------------------------------------------------------------
     @property
     def loss_scale_manager(self):
-        return self._manager
+        return self._loss_scale_manager
 
     @property
     def inner_optimizer(self):

@@ -54,9 +54,11 @@ class _WholeVariable(tf.Variable.SaveSliceInfo):
 class LossScaleManager(*MANAGER_BASES, metaclass=abc.ABCMeta):
     """Base class of loss-scale managers.
 
-    Subclasses implement :meth:`get_loss_scale`, :meth:`update_loss_scale` and
-    :meth:`_build_state`, and may override :meth:`get_enable_overflow_check` and
-    :meth:`next_loss_scale`.
+    Subclasses implement :meth:`get_loss_scale` and :meth:`update_loss_scale` (the contract of
+    ``tf.contrib.mixed_precision``'s managers and Ascend's: a manager that keeps its own
+    variables needs nothing else, and may skip this constructor), and may override
+    :meth:`_build_state`, :meth:`get_enable_overflow_check`, :meth:`next_loss_scale` and
+    :meth:`get_config`.
 
     Per-graph state, for subclasses: :meth:`_state` returns a dict built by ``_build_state()``
     the first time the manager is used in the current outermost graph; ``_build_state`` runs in
@@ -73,6 +75,15 @@ class LossScaleManager(*MANAGER_BASES, metaclass=abc.ABCMeta):
     def __init__(self):
         super().__init__()
         self._per_graph = _graphs.PerGraph("manager")
+
+    def __getattr__(self, attr):
+        # A subclass whose constructor does not call this one (contrib's managers have no
+        # constructor to call) gets its per-graph state holder on first use.
+        if attr == "_per_graph":
+            holder = _graphs.PerGraph("manager")
+            self.__dict__["_per_graph"] = holder
+            return holder
+        raise AttributeError("%r object has no attribute %r" % (type(self).__name__, attr))
 
     @abc.abstractmethod
     def get_loss_scale(self):
@@ -118,9 +129,20 @@ class LossScaleManager(*MANAGER_BASES, metaclass=abc.ABCMeta):
             self._pending_weights = None
         return state
 
-    @abc.abstractmethod
     def _build_state(self):
-        """Creates this manager's tensors and variables in the current graph; returns a dict."""
+        """Creates this manager's tensors and variables in the current graph; returns a dict.
+
+        The default creates nothing: a manager that keeps its own variables needs no per-graph
+        state.
+        """
+        return {}
+
+    def get_config(self):
+        """The constructor arguments, for ``from_config``; a subclass that wants to be
+        serialised overrides it (there is no way to guess its arguments)."""
+        raise NotImplementedError(
+            "%s does not implement get_config(): override it to return the constructor's "
+            "arguments as a dict" % type(self).__name__)
 
     def _scale_of_variable(self):
         """The scale of a manager whose state holds it as ``scale_var`` (made by
@@ -356,3 +378,49 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
     def load_state_dict(self, state_dict, session=None):
         """Assigns the three values of a :meth:`state_dict` (same keys; session as there)."""
         _state_io.write(self, self._named_state_variables, state_dict, session)
+
+
+class _ForeignManager(LossScaleManager):
+    """A manager that is not a :class:`LossScaleManager`, seen as one.
+
+    Any object with ``get_loss_scale()`` and ``update_loss_scale(finite_grads)`` (the contract
+    of ``tf.contrib.mixed_precision`` and of Ascend's adapter) works with
+    :class:`~npu_loss_scale.NPULossScaleOptimizer`: its two methods are called as they are, and
+    ``get_enable_overflow_check()`` when it has one (else the check is on).
+    """
+
+    def __init__(self, manager):
+        super().__init__()
+        self.manager = manager
+
+    def get_loss_scale(self):
+        return self.manager.get_loss_scale()
+
+    def update_loss_scale(self, finite_grads):
+        return self.manager.update_loss_scale(finite_grads)
+
+    def get_enable_overflow_check(self):
+        check = getattr(self.manager, "get_enable_overflow_check", None)
+        return True if check is None else check()
+
+    def __repr__(self):
+        return repr(self.manager)
+
+
+def as_manager(manager):
+    """``manager`` itself when it is a :class:`LossScaleManager`, else a view of it as one.
+
+    Raises TypeError for an object without callable ``get_loss_scale`` and
+    ``update_loss_scale``.
+    """
+    if isinstance(manager, LossScaleManager):
+        return manager
+    missing = [m for m in ("get_loss_scale", "update_loss_scale")
+               if not callable(getattr(manager, m, None))]
+    if missing:
+        raise TypeError(
+            "loss_scale_manager must be a LossScaleManager (FixedLossScaleManager, "
+            "ExponentialUpdateLossScaleManager) or an object with get_loss_scale() and "
+            "update_loss_scale(finite_grads); got %r (type %s), which has no %s"
+            % (manager, type(manager).__name__, " and no ".join(m + "()" for m in missing)))
+    return _ForeignManager(manager)
