@@ -7,6 +7,7 @@ import tensorflow as tf
 from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
 from ._compat.lookup import MutableHashTable
 from ._compat.loss_scale_optimizer import LossScaleOptimizerBase
+from ._compat.variables import Variable, key as variable_key
 from .policy import as_manager
 
 
@@ -303,7 +304,7 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
                  "skipped_read": skipped.read(name="skipped_steps") if in_graph else None,
                  "reader": self._detector.reader() if self._check_overflow else None}
         if self._accumulation_steps > 1:
-            state["micro_step"] = tf.Variable(0, dtype=tf.int64, trainable=False,
+            state["micro_step"] = Variable(0, dtype=tf.int64, trainable=False,
                                               name="accumulation_step")
         return state
 
@@ -322,7 +323,7 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
 
     @staticmethod
     def _var_key(var):
-        return var.ref() if hasattr(var, "ref") else id(var)
+        return variable_key(var)
 
     def _mark_observed(self, grads_and_vars, check):
         """Remembers, in the graph being built, that these gradients were checked in scaled form
@@ -625,19 +626,19 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
 
     # -- accumulation -------------------------------------------------------------------------
     def _accumulator(self, state, var):
-        key = var.ref() if hasattr(var, "ref") else id(var)
+        key = variable_key(var)
         acc = state["accumulators"].get(key)
         if acc is None:
             dtype = tf.float64 if var.dtype.base_dtype == tf.float64 else tf.float32
             graph = _graphs.outermost_graph()
             with _graphs.outer_scope(graph):
                 if graph is None:
-                    acc = tf.Variable(tf.zeros(var.shape, dtype), trainable=False,
-                                      name="accumulator")
+                    acc = Variable(tf.zeros(var.shape, dtype), trainable=False,
+                                   name="accumulator")
                 else:
                     with graph.name_scope(None):
-                        acc = tf.Variable(tf.zeros(var.shape, dtype), trainable=False,
-                                          name=var.op.name + "/accumulator")
+                        acc = Variable(tf.zeros(var.shape, dtype), trainable=False,
+                                       name=var.op.name + "/accumulator")
             state["accumulators"][key] = acc
         return acc
 

@@ -30,6 +30,7 @@ import tensorflow as tf
 from . import _checks, _graphs, _state_io
 from ._compat.loss_scale_optimizer import MANAGER_BASES
 from ._compat.ops import where
+from ._compat.variables import Variable
 from .reference import growth_threshold
 
 
@@ -163,7 +164,7 @@ class LossScaleManager(*MANAGER_BASES, metaclass=abc.ABCMeta):
         as ``name``.
         """
         graph = _graphs.outermost_graph()
-        variable = tf.Variable(initial_value, name=name if graph is None else name + "_value",
+        variable = Variable(initial_value, name=name if graph is None else name + "_value",
                                dtype=dtype, trainable=False,
                                synchronization=tf.VariableSynchronization.AUTO,
                                aggregation=tf.VariableAggregation.NONE)
