@@ -743,7 +743,9 @@ def _strategy_spans_processes(strategy):
             return bool(probe())
         except Exception:  # pylint: disable=broad-except
             return False
-    return False
+    # TF 1.15's multi-worker strategy has no such probe; it keeps its worker count.
+    workers = getattr(extended, "_num_workers", None)
+    return isinstance(workers, int) and workers > 1
 
 
 def _discover(backend_name):

@@ -7,7 +7,7 @@ import tensorflow as tf
 from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
 from ._compat.lookup import MutableHashTable
 from ._compat.loss_scale_optimizer import LossScaleOptimizerBase
-from ._compat.variables import Variable, key as variable_key
+from ._compat.variables import Variable, key as variable_key, snapshot
 from .policy import as_manager
 
 
@@ -554,7 +554,7 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
         gs_before = None
         if global_step is not None:
             with tf.control_dependencies(None):
-                gs_before = tf.identity(tf.convert_to_tensor(global_step))
+                gs_before = snapshot(global_step)
             before.append(gs_before)
         with tf.control_dependencies([scale]):
             next_scale = self._manager.next_loss_scale(finite)
@@ -613,8 +613,12 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
         ops, report = self._bookkeeping(state, finite, global_step, before)
 
         def apply_fn():
-            return self._apply_gradients(distribution, grads_and_vars, global_step,
-                                         name + "-wrapped")
+            # The dependencies again inside the branch: a v1 cond does not hold the ops in its
+            # branches to the dependencies around it, and TF 1.15's reference-variable
+            # global_step would otherwise be read for the report after the branch advanced it.
+            with tf.control_dependencies(before):
+                return self._apply_gradients(distribution, grads_and_vars, global_step,
+                                             name + "-wrapped")
 
         with tf.control_dependencies(before):
             maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
@@ -672,7 +676,9 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
             means = [(tf.cast(t / n, v.dtype.base_dtype), v) for t, (_, v) in zip(totals, pairs)]
 
             def apply_fn():
-                return self._apply_gradients(distribution, means, global_step, name + "-wrapped")
+                with tf.control_dependencies(before):    # as in _distributed_apply
+                    return self._apply_gradients(distribution, means, global_step,
+                                                 name + "-wrapped")
 
             with tf.control_dependencies(before):
                 maybe_apply = tf.cond(finite, apply_fn, tf.no_op)

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from tf_versions import BASE_OPTIMIZER, control_flow, tf_mixed_precision
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -105,7 +106,7 @@ def test_overflow_with_tfs_own_optimizer_and_fixed_scale_corrupts_but_ours_skips
         o, nls.FixedLossScaleManager(2 ** 12)), feeds)
     theirs, theirs_steps, _ = _train(
         OPTIMIZERS["sgd"],
-        lambda o: tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(o, 2 ** 12), feeds)
+        lambda o: tf_mixed_precision.MixedPrecisionLossScaleOptimizer(o, 2 ** 12), feeds)
     assert ours_steps == [0] and np.all(np.isfinite(ours[0][0]))
     assert theirs_steps == [1] and not np.all(np.isfinite(theirs[0][0]))
 
@@ -227,7 +228,7 @@ def test_name_and_attribute_fall_through(graph):
         .get_name() == "mine"
     assert opt.custom_setting == "kept" and opt._lr == 0.125  # pylint: disable=protected-access
     assert opt.inner_optimizer is inner
-    assert isinstance(opt, tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer)
+    assert isinstance(opt, BASE_OPTIMIZER)
     with pytest.raises(AttributeError):
         opt.no_such_attribute  # pylint: disable=pointless-statement
     v = tf.compat.v1.get_variable("v", initializer=1.0)
@@ -252,7 +253,7 @@ def test_optimizer_state_save_and_restore(tmp_path):
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            for p in (1e35, 1.0, 1e35, 1e35, 1.0):
+            for p in (1e37, 1.0, 1e37, 1e37, 1.0):    # 1e37 x 2**10: the scaled loss is inf
                 sess.run(train, {x: batch, poison: p})
             saved = sess.run([gs] + mgr.variables)
             assert sess.run(opt.skipped_steps) == 3    # a counter outside the checkpoint
@@ -352,13 +353,11 @@ def test_backend_choice_argument_then_environment_then_automatic(monkeypatch):
 def test_an_evaluation_overflow_sticks_until_the_evaluation_clears_it(v1_control_flow):
     """The register is sticky, as on the device: an eval run that saturates sets it, and the
     next train step skips, unless the evaluation fetches clear_overflow_status with it."""
-    if v1_control_flow:
-        tf.compat.v1.disable_control_flow_v2()
-    try:
+    with control_flow(v2=not v1_control_flow):
         with tf.Graph().as_default():
             x = tf.compat.v1.placeholder(tf.float32, [None, 3])
             boost = tf.compat.v1.placeholder_with_default(1.0, [])
-            w = tf.compat.v1.get_variable("w", initializer=tf.ones([3, 1]))
+            w = tf.compat.v1.get_variable("w", initializer=tf.ones([3, 1]), use_resource=True)
             h = nls.saturate(tf.cast(tf.matmul(x, w) * boost, tf.float16))
             loss = tf.reduce_sum(tf.cast(h, tf.float32))
             opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01),
@@ -379,9 +378,6 @@ def test_an_evaluation_overflow_sticks_until_the_evaluation_clears_it(v1_control
                 assert sess.run(opt.skipped_steps) == 2
                 sess.run(train, feed)
                 assert sess.run(opt.skipped_steps) == 2
-    finally:
-        if v1_control_flow:
-            tf.compat.v1.enable_control_flow_v2()
 
 
 @pytest.mark.parametrize("backend", ["emulation", "inf_nan"])

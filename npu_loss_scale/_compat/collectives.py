@@ -18,6 +18,9 @@ def all_reduce_sum(tensor, group_size, group_key, instance_key, communication_hi
             tensor, group_size=group_size, group_key=group_key, instance_key=instance_key,
             merge_op="Add", final_op="Id", communication_hint=communication_hint,
             timeout=timeout, name=name)
-    out = collective_ops.all_reduce(tensor, group_size, group_key, instance_key, "Add", "Id",
-                                    communication_hint=communication_hint)
+    # 1.15 wants its input placed on a device (merged into any device scope around it).
+    with tf.device(tensor.device or "/device:CPU:0"):
+        placed = tf.identity(tensor)
+        out = collective_ops.all_reduce(placed, group_size, group_key, instance_key, "Add",
+                                        "Id", communication_hint=communication_hint)
     return tf.identity(out, name=name)
