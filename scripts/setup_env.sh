@@ -26,7 +26,7 @@ requirements_for() {
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     # TF 1.15.5 wants numpy < 1.19 and h5py <= 2.10; protobuf 4 breaks its generated code. The
     # test tools are the last releases that still support Python 3.7.
-    tf115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 typing_extensions==4.7.1 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0" ;;
+    tf115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 typing_extensions==4.7.1 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0 matplotlib==3.5.3" ;;
     campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
     *) echo "unknown stack '$1' (accepted: tf215, tf221, tf115, campaign)" >&2; return 2 ;;
   esac

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from tf_versions import control_flow
+from tf_versions import control_flow, tf2_only
 from npu_loss_scale import emulation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,6 +94,7 @@ def test_an_overflow_inside_a_cond_or_while_body_makes_every_such_step_skip(kind
     lambda: nls.ExponentialUpdateLossScaleManager(1024, 100, decr_every_n_nan_or_inf=1,
                                                   decr_ratio=0.5),
     lambda: nls.FixedLossScaleManager(1024)], ids=["exponential", "fixed"])
+@tf2_only
 def test_tf_function_creates_state_once_and_skips_overflowed_steps(make_manager):
     w = tf.Variable(1.0)
     mgr = make_manager()
@@ -114,6 +115,7 @@ def test_tf_function_creates_state_once_and_skips_overflowed_steps(make_manager)
     assert int(opt.skipped_steps.numpy()) == 1
 
 
+@tf2_only
 def test_eager_minimize_skips_overflowed_steps():
     w = tf.Variable(1.0)
     opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
@@ -265,6 +267,7 @@ def test_register_is_sticky_across_runs_until_read(graph, session):
         assert session.run(status)[0] == 1
 
 
+@tf2_only
 def test_a_function_run_by_a_strategy_replica_thread_records_into_the_eager_register():
     # MirroredStrategy runs the replica function in a thread of its own, whose global default
     # graph differs from the tracing thread's: the register must still be the eager one, or

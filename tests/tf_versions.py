@@ -41,3 +41,8 @@ def control_flow(v2):
 # a Session, and TensorFlow 1.15 runs graphs by default (eager is a start-up switch there).
 tf2_only = pytest.mark.skipif(TF1, reason="TF 2 only: eager execution / tf.function (TF 1.15 "
                                           "scripts build graphs and run them in a Session)")
+
+# TensorFlow 1.15 has only the first CollectiveReduce: no timeout, group and instance keys as
+# attributes rather than inputs (the package uses it there; this marks tests of V2's layout).
+collective_v2_only = pytest.mark.skipif(TF1, reason="CollectiveReduceV2's layout (timeout, keys "
+                                                    "as inputs): TF 1.15 has CollectiveReduce")
