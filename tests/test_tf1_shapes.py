@@ -105,3 +105,71 @@ def test_saturate_every_op_works_or_says_why_not(graph, session):
         grad = tf.gradients(y, x)[0]
     assert grad is not None
     np.testing.assert_array_equal(session.run(y), [65504.0, 9.0])
+
+
+def test_an_estimator_trains_through_the_optimizer_and_saves_ascends_names(tmp_path):
+    estimator = getattr(tf.compat.v1, "estimator", None)
+    if estimator is None:
+        pytest.skip("tensorflow-estimator is not available for this TensorFlow (2.16+)")
+
+    def model_fn(features, labels, mode):
+        w = tf.compat.v1.get_variable("w", initializer=[[0.5], [0.5]])
+        loss = tf.reduce_mean(tf.square(tf.matmul(features, w) - labels))
+        mgr = nls.ExponentialUpdateLossScaleManager(init_loss_scale=16, incr_every_n_steps=2)
+        opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), mgr)
+        train = opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+        return estimator.EstimatorSpec(mode, loss=loss, train_op=train)
+
+    def input_fn():
+        x = np.ones((4, 2), np.float32)
+        return tf.compat.v1.data.Dataset.from_tensor_slices((x, np.zeros((4, 1), np.float32))) \
+            .batch(1)
+
+    est = estimator.Estimator(model_fn, model_dir=str(tmp_path))
+    est.train(input_fn, steps=4)
+    saved = dict(tf.train.list_variables(str(tmp_path)))
+    assert {"loss_scale", "good_steps", "bad_steps", "global_step"} <= set(saved)
+    reader = tf.compat.v1.train.NewCheckpointReader(tf.train.latest_checkpoint(str(tmp_path)))
+    assert reader.get_tensor("global_step") == 4
+    assert reader.get_tensor("loss_scale") == 64.0     # 4 finite steps, growth every 2: 16 * 2 * 2
+
+
+_TF1_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    from npu_bridge.npu_init import *
+    from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer
+    from npu_bridge.estimator.npu.npu_loss_scale_manager import ExponentialUpdateLossScaleManager
+
+    x = tf.placeholder(tf.float32, [None, 4])
+    loss = tf.reduce_mean(tf.square(tf.layers.dense(x, 1)))
+    mgr = ExponentialUpdateLossScaleManager(init_loss_scale=2 ** 10, incr_every_n_steps=2,
+                                            decr_every_n_nan_or_inf=1)
+    opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.01), mgr)
+    gs = tf.train.get_or_create_global_step()
+    train = opt.minimize(loss, global_step=gs)
+    with tf.Session(config=npu_config_proto()) as sess:
+        sess.run(tf.global_variables_initializer())
+        for value in [1.0, 1.0, np.inf, 1.0]:
+            sess.run(train, {x: np.full((2, 4), value, np.float32)})
+        print("RESULT", sess.run(gs), sess.run("loss_scale:0"))
+""")
+
+
+@pytest.mark.parametrize("tf1_flag", [False, True], ids=["plain", "tf1_flag"])
+def test_the_emulate_entry_point_runs_a_tf1_script(tmp_path, tf1_flag):
+    if not TF1 and not tf1_flag:
+        tf1_flag = True     # on TensorFlow 2 a TF1 script needs the TF1 mode
+    script = tmp_path / "train.py"
+    script.write_text(_TF1_SCRIPT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NPU_LOSS_SCALE_FUSED_UNSCALE="off")
+    env.pop("NPU_LOSS_SCALE_BACKEND", None)
+    result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate"]
+                            + (["--tf1"] if tf1_flag else []) + [str(script)],
+                            capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                            timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # two finite steps grow 1024 -> 2048, the inf step shrinks it (x0.8) and is skipped
+    assert "RESULT 3 1638.4" in result.stdout
+    if TF1 and tf1_flag:
+        assert "--tf1 changes nothing on TensorFlow 1.15" in result.stderr

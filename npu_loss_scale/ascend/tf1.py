@@ -50,6 +50,7 @@ What is not done yet: most of ``learn``, ``quantize``, ``opt`` contrib pieces, `
 import builtins
 import os
 import sys
+import sysconfig  # here, not in the import hook below (Python 3.7 loads it late)
 
 _state = {}
 
@@ -93,7 +94,6 @@ def _has_install_metadata(folder):
 
 def _installed_roots():
     if "installed" not in _state:
-        import sysconfig  # pylint: disable=import-outside-toplevel
         libs = set()
         for key in ("stdlib", "platstdlib", "purelib", "platlib"):
             try:
