@@ -165,9 +165,9 @@ class LossScaleManager(*MANAGER_BASES, metaclass=abc.ABCMeta):
         """
         graph = _graphs.outermost_graph()
         variable = Variable(initial_value, name=name if graph is None else name + "_value",
-                               dtype=dtype, trainable=False,
-                               synchronization=tf.VariableSynchronization.AUTO,
-                               aggregation=tf.VariableAggregation.NONE)
+                            dtype=dtype, trainable=False,
+                            synchronization=tf.VariableSynchronization.AUTO,
+                            aggregation=tf.VariableAggregation.NONE)
         if graph is not None and hasattr(variable, "_set_save_slice_info") \
                 and not tf.distribute.has_strategy():
             value = tf.identity(tf.convert_to_tensor(variable), name=name)
