@@ -3,4 +3,12 @@
 Supported stacks: TensorFlow 1.15 (Python 3.7; Ascend's TF1 adapter ``npu_bridge``), 2.6.5
 (Python 3.7-3.9; Ascend's TF2 adapter ``npu_device``), 2.15 and 2.21. The rest of the package
 imports the names it needs from here and never tests ``tf.__version__`` itself.
+
+* ``loss_scale_optimizer``: the optimizer's and the managers' base classes (contrib's on 1.15).
+* ``lookup``: ``MutableHashTable``.
+* ``variables``: resource variables, variable keys, a snapshot of a reference variable.
+* ``ops``: ``where`` with 2.x's broadcasting.
+* ``op_callbacks``: TensorFlow's op callbacks (refused on 1.15, see there).
+* ``collectives``: the cross-process all-reduce (CollectiveReduce on 1.15, V2 on 2.x).
+* ``typing``: ``TypedDict`` on Python 3.7.
 """
