@@ -4,6 +4,8 @@
 #   bash scripts/setup_env.sh            # both stacks
 #   bash scripts/setup_env.sh tf215      # only TensorFlow 2.15 (+ tensorflow-estimator)
 #   bash scripts/setup_env.sh tf221      # only TensorFlow 2.21
+#   bash scripts/setup_env.sh tf265      # TensorFlow 2.6.5 on Python 3.9 (the release of Ascend's
+#                                        # TF2 adapter, npu_device), + tensorflow-estimator 2.6
 #   bash scripts/setup_env.sh campaign   # TF 2.15 plus the third-party packages real Ascend
 #                                        # scripts import (for scripts/try_ascend_scripts.py;
 #                                        # no test needs it)
@@ -21,9 +23,46 @@ requirements_for() {
   case "$1" in
     tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
+    # TF 2.6.5 pins what it was released with: keras 2.6.0 and tensorflow-estimator 2.6.0 (its
+    # own requirement, keras<2.7, lets pip pick a later keras that needs TF 2.7+), numpy 1.19.x,
+    # protobuf < 3.21 (later protobuf breaks TF 2.6's generated code), scikit-learn 1.3 (the
+    # last release with wheels for NumPy 1.19 on Python 3.9).
+    tf265) echo "tensorflow-cpu==2.6.5 keras==2.6.0 tensorflow-estimator==2.6.0 numpy~=1.19.2 protobuf<3.21 pytest hypothesis scikit-learn==1.3.2 tf-slim==1.1.0" ;;
     campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
-    *) echo "unknown stack '$1' (accepted: tf215, tf221, campaign)" >&2; return 2 ;;
+    *) echo "unknown stack '$1' (accepted: tf215, tf221, tf265, campaign)" >&2; return 2 ;;
   esac
+}
+
+# The interpreter a stack is built from: TF 2.6.5 has wheels for Python 3.6-3.9 only, so tf265
+# needs a Python 3.9 (NLS_PYTHON39 names one; otherwise python3.9 on PATH or pyenv's 3.9.x).
+# The others use $PYTHON (default python3).
+python_for() {
+  case "$1" in
+    tf265) find_python 3.9 NLS_PYTHON39 ;;
+    *) echo "$python" ;;
+  esac
+}
+
+find_python() {
+  local want="$1" var="$2" candidate
+  local -a candidates=()
+  [ -n "${!var:-}" ] && candidates+=("${!var}")
+  candidates+=("python$want")
+  if command -v pyenv >/dev/null 2>&1; then
+    candidates+=($(pyenv root 2>/dev/null)/versions/"$want".*/bin/python"$want")
+  fi
+  candidates+=("$HOME"/.pyenv/versions/"$want".*/bin/python"$want")
+  for candidate in "${candidates[@]}"; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       [ "$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$want" ]; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  echo "[setup_env] no Python $want interpreter found (looked at \$$var, python$want on PATH and" \
+       "pyenv's versions). Install one, e.g. 'pyenv install $want' or your system's python$want" \
+       "package, or point $var at it." >&2
+  return 1
 }
 
 for stack in "${stacks[@]}"; do
@@ -35,8 +74,9 @@ for stack in "${stacks[@]}"; do
     echo "[setup_env] $stack: up to date ($venv)"
     continue
   fi
-  echo "[setup_env] $stack: creating $venv"
-  "$python" -m venv "$venv"
+  interpreter="$(python_for "$stack")" || exit 1
+  echo "[setup_env] $stack: creating $venv (from $interpreter)"
+  "$interpreter" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
   # shellcheck disable=SC2086
   "$venv/bin/python" -m pip install --quiet $reqs 2>&1 | grep -v "is ignored: it is neither" || true
