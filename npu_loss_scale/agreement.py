@@ -70,6 +70,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _checks
+from ._compat import collectives
 
 AGREEMENT_NAMES = ("strategy", "hccl", "horovod", "collective")
 
@@ -679,12 +680,11 @@ class CollectiveAgreement(Agreement):
             raise RuntimeError("agreement 'collective' works in graph mode (a tf.Graph run by "
                                "a Session on the task's server); in eager mode use a "
                                "tf.distribute strategy (agreement 'strategy').")
-        from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
         key = self._instance_key
         if key is None:
             key = self.cluster.next_instance_key()
         with tf.device(self.cluster.device):
-            out = collective_ops.all_reduce_v2(
+            out = collectives.all_reduce_v2(
                 status, group_size=self.cluster.group_size, group_key=self.cluster.group_key,
                 instance_key=key, merge_op="Add", final_op="Id",
                 communication_hint=self.communication_hint, timeout=self.timeout,
