@@ -81,6 +81,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from ._compat import py_func
+
 ENV_VAR = "NPU_LOSS_SCALE_LOCALISE"
 OFF, OVERFLOW, OBSERVE = "off", "overflow", "observe"
 _MODES = (OFF, OVERFLOW, OBSERVE)
@@ -364,7 +366,7 @@ def step_boundary(status, decides_skip=True):
             removed = table.remove(keys)
         with tf.control_dependencies([removed]):
             flag = tf.reduce_any(tf.not_equal(status, 0))
-            done = tf.numpy_function(
+            done = py_func.numpy_function(
                 lambda k, v, f: _close_step(k, v, bool(f), decides_skip),
                 [keys, values, flag], tf.int64, stateful=True, name="close_overflow_step")
     return done

@@ -304,3 +304,36 @@ def test_an_overflow_on_the_second_replica_only_skips_the_step(inner):
     assert results == [["clean", "True", "8.0"],
                        ["second", "False", "4.0", "True"],
                        ["first", "False", "2.0", "True"]]
+
+
+def test_the_loss_scale_optimizer_has_the_adapters_shape_and_counts_skipped_steps(npu_shim):  # pylint: disable=unused-argument
+    """npu_device's NpuLossScaleOptimizer as Ascend's TF2 adapter has it on TF 2.6: positional
+    (inner, dynamic, initial_scale, dynamic_growth_steps), Keras's LossScaleOptimizer underneath,
+    last_step_finite, and a skipped step that still advances ``iterations`` (Keras 2; the TF1
+    adapter's skipped step leaves global_step alone: test_optimizer.py). Keras 3 counts only
+    applied steps."""
+    import npu_device as npu  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    npu.open().as_default()
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.5), True, 8.0, 2)
+    assert isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)
+    assert (opt.dynamic, opt.initial_scale, opt.dynamic_growth_steps) == (True, 8.0, 2)
+    weight = tf.Variable([1.0])
+
+    @tf.function
+    def step(grad):
+        if KERAS3:
+            opt.apply_gradients([(grad * opt.loss_scale, weight)])
+        else:
+            opt.apply_gradients([(grad, weight)])
+
+    seen = []
+    for grad in ([1.0], [np.inf], [1.0], [1.0]):
+        step(tf.constant(grad))
+        seen.append((weight.numpy().tolist(), bool(opt.last_step_finite.numpy()),
+                     float(opt.loss_scale), int(opt.iterations.numpy())))
+    # by hand: w - 0.5 * 1 per applied step; the scale halves on the skipped step, doubles
+    # after 2 finite steps in a row
+    counted = [1, 2, 3, 4] if not KERAS3 else [1, 1, 2, 3]
+    assert seen == [([0.5], True, 8.0, counted[0]), ([0.5], False, 4.0, counted[1]),
+                    ([0.0], True, 4.0, counted[2]), ([-0.5], True, 8.0, counted[3])]
