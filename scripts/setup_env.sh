@@ -23,11 +23,11 @@ requirements_for() {
   case "$1" in
     tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
-    # TF 2.6.5 pins what it was released with: keras 2.6.0 and tensorflow-estimator 2.6.0 (its
-    # own requirement, keras<2.7, lets pip pick a later keras that needs TF 2.7+), numpy 1.19.x,
-    # protobuf < 3.21 (later protobuf breaks TF 2.6's generated code), scikit-learn 1.3 (the
-    # last release with wheels for NumPy 1.19 on Python 3.9), matplotlib 3.5 (the last for NumPy
-    # 1.19; the hooks' plot test needs it).
+    # TF 2.6.5 with what it was released with: keras 2.6.0 and tensorflow-estimator 2.6.0 (what
+    # its keras<2.7 and tensorflow-estimator<2.7 resolve to, pinned), numpy 1.19.x (its
+    # numpy~=1.19.2), protobuf < 3.21 (its generated code predates protobuf 4), scikit-learn
+    # 1.3 (the last with wheels for NumPy 1.19 on Python 3.9), matplotlib 3.5 (the last for
+    # NumPy 1.19; the hooks' plot test needs it).
     tf265) echo "tensorflow-cpu==2.6.5 keras==2.6.0 tensorflow-estimator==2.6.0 numpy~=1.19.2 protobuf<3.21 pytest hypothesis scikit-learn==1.3.2 tf-slim==1.1.0 matplotlib==3.5.3" ;;
     campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
     *) echo "unknown stack '$1' (accepted: tf215, tf221, tf265, campaign)" >&2; return 2 ;;
