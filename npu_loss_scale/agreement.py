@@ -70,6 +70,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _checks
+from ._compat import collectives
 
 AGREEMENT_NAMES = ("strategy", "hccl", "horovod", "collective")
 
@@ -679,7 +680,6 @@ class CollectiveAgreement(Agreement):
             raise RuntimeError("agreement 'collective' works in graph mode (a tf.Graph run by "
                                "a Session on the task's server); in eager mode use a "
                                "tf.distribute strategy (agreement 'strategy').")
-        from ._compat import collectives  # pylint: disable=import-outside-toplevel
         key = self._instance_key
         if key is None:
             key = self.cluster.next_instance_key()

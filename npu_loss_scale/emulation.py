@@ -40,6 +40,7 @@ import threading
 
 import tensorflow as tf
 
+from ._compat import tape
 from ._compat.lookup import MutableHashTable
 from ._compat.ops import where
 
@@ -460,10 +461,6 @@ def _saturate_registered_gradient(op, dy, dx):  # pylint: disable=unused-argumen
 
 
 def _record_on_tape(outputs, inputs, site):
-    try:
-        from tensorflow.python.eager import record as tape  # pylint: disable=import-outside-toplevel
-    except ImportError:  # pragma: no cover - present in TF 2.15 and 2.21
-        return
     tape.record_operation("NpuLossScaleSaturate", outputs, inputs,
                           lambda dy, dx=None: _backward(dy, dx, site))
 

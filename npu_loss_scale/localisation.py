@@ -81,6 +81,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from ._compat import py_func
 from ._compat.lookup import MutableHashTable
 from ._compat.ops import where
 
@@ -367,7 +368,7 @@ def step_boundary(status, decides_skip=True):
             removed = table.remove(keys)
         with tf.control_dependencies([removed]):
             flag = tf.reduce_any(tf.not_equal(status, 0))
-            done = tf.numpy_function(
+            done = py_func.numpy_function(
                 lambda k, v, f: _close_step(k, v, bool(f), decides_skip),
                 [keys, values, flag], tf.int64, stateful=True, name="close_overflow_step")
     return done

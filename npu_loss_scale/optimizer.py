@@ -5,6 +5,7 @@ import warnings
 import tensorflow as tf
 
 from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
+from ._compat import tracking
 from ._compat.lookup import MutableHashTable
 from ._compat.loss_scale_optimizer import LossScaleOptimizerBase
 from ._compat.variables import Variable, key as variable_key, snapshot
@@ -84,7 +85,7 @@ def unscale_gradient(grad, loss_scale_reciprocal):
     return unscale(grad)
 
 
-class NPULossScaleOptimizer(LossScaleOptimizerBase):
+class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
     """Wraps a ``tf.compat.v1.train`` optimizer with Ascend-style loss scaling.
 
     What one training step does (``minimize`` = ``compute_gradients`` + ``apply_gradients``):
@@ -308,9 +309,10 @@ class NPULossScaleOptimizer(LossScaleOptimizerBase):
                                               name="accumulation_step")
         return state
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        children = dict(super()._trackable_children(save_type, **kwargs))
-        state = self._per_graph.peek()
+    def _extra_trackable_children(self):
+        children = {}
+        per_graph = self.__dict__.get("_per_graph")   # None while constructing
+        state = per_graph.peek() if per_graph is not None else None
         if state is not None:
             if "micro_step" in state:
                 children["accumulation_step"] = state["micro_step"]

@@ -28,6 +28,7 @@ import abc
 import tensorflow as tf
 
 from . import _checks, _graphs, _state_io
+from ._compat import tracking
 from ._compat.loss_scale_optimizer import MANAGER_BASES
 from ._compat.ops import where
 from ._compat.variables import Variable
@@ -52,7 +53,7 @@ class _WholeVariable(tf.Variable.SaveSliceInfo):
         return ""
 
 
-class LossScaleManager(*MANAGER_BASES, metaclass=abc.ABCMeta):
+class LossScaleManager(tracking.ExtraChildren, *MANAGER_BASES, metaclass=abc.ABCMeta):
     """Base class of loss-scale managers.
 
     Subclasses implement :meth:`get_loss_scale` and :meth:`update_loss_scale` (the contract of
@@ -179,12 +180,10 @@ class LossScaleManager(*MANAGER_BASES, metaclass=abc.ABCMeta):
         self._handle_deferred_dependencies(name=name, trackable=variable)
         return variable
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        children = dict(super()._trackable_children(save_type, **kwargs))
-        state = self._per_graph.peek()
-        if state is not None:
-            children.update(state.get("_weights", {}))
-        return children
+    def _extra_trackable_children(self):
+        per_graph = self.__dict__.get("_per_graph")   # None while constructing
+        state = per_graph.peek() if per_graph is not None else None
+        return dict(state.get("_weights", {})) if state is not None else {}
 
     @staticmethod
     def _finite_flag(finite_grads):

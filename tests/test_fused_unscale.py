@@ -145,3 +145,29 @@ def test_a_compiler_error_is_reported_with_its_message(monkeypatch, tmp_path, fr
     with pytest.raises(_kernels.FusedKernelError, match="compiler exit 3: fatal: cannot build"):
         _kernels.load_unscale_check()
     assert not list((tmp_path / "cache" / "kernels").glob("*.so*"))   # no half-written library
+
+
+class _FakeTF:
+    """Just what kernel_build reads of TensorFlow: its version and sysconfig flags."""
+
+    def __init__(self, version, flags):
+        self.version = type("version", (), {"VERSION": version})
+        self.sysconfig = type("sysconfig", (), {"get_compile_flags": staticmethod(lambda: flags),
+                                                "get_link_flags": staticmethod(lambda: [])})
+
+
+@pytest.mark.parametrize("version, expected_std", [
+    ("2.6.5", ["-std=c++14"]), ("2.9.3", ["-std=c++14"]),
+    ("2.10.0", []), ("2.15.1", []), ("2.21.0", [])])
+def test_kernels_are_compiled_with_the_cxx_standard_tensorflow_was_built_with(
+        version, expected_std):
+    # TensorFlow up to 2.9 is C++14: under C++17 absl::string_view becomes std::string_view and
+    # the kernel's registration refers to symbols the framework library does not export.
+    from npu_loss_scale._compat import kernel_build
+    base = ["-I/include", "-D_GLIBCXX_USE_CXX11_ABI=0"]
+    assert kernel_build.compile_flags(_FakeTF(version, base)) == base + expected_std
+    # a standard TensorFlow names itself is kept as it is
+    assert kernel_build.compile_flags(_FakeTF(version, base + ["-std=c++17"])) == \
+        base + ["-std=c++17"]
+    with pytest.raises(ValueError, match="'nightly'"):
+        kernel_build.compile_flags(_FakeTF("nightly", base))

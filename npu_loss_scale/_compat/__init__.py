@@ -9,6 +9,13 @@ imports the names it needs from here and never tests ``tf.__version__`` itself.
 * ``variables``: resource variables, variable keys, a snapshot of a reference variable.
 * ``ops``: ``where`` with 2.x's broadcasting.
 * ``op_callbacks``: TensorFlow's op callbacks (refused on 1.15, see there).
-* ``collectives``: the cross-process all-reduce (CollectiveReduce on 1.15, V2 on 2.x).
+* ``collectives``: the cross-process all-reduce (CollectiveReduce on 1.15, V2 on 2.x; V2's
+  ``name`` before 2.8).
+* ``tracking``: checkpoint children on both Trackable APIs (``_checkpoint_dependencies`` up to
+  2.8, ``_trackable_children`` after).
+* ``tape``: the gradient tape's recording functions.
+* ``py_func``: ``tf.numpy_function`` with ``stateful=``.
+* ``keras``: which Keras, and its loss-scale classes.
+* ``kernel_build``: the compiler flags of the native kernels.
 * ``typing``: ``TypedDict`` on Python 3.7.
 """

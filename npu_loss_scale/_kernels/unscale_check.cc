@@ -7,6 +7,17 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/platform/threadpool.h"
+#include "tensorflow/core/public/version.h"
+
+// TensorFlow's Status became absl::Status in 2.13; 2.6 (Ascend's TF2 adapter) has its own class.
+#if TF_MAJOR_VERSION == 2 && TF_MINOR_VERSION < 13
+#define NLS_OK() ::tensorflow::Status::OK()
+#define NLS_INVALID_ARGUMENT(message) ::tensorflow::errors::InvalidArgument(message)
+#else
+#define NLS_OK() ::absl::OkStatus()
+#define NLS_INVALID_ARGUMENT(message) ::absl::InvalidArgumentError(message)
+#endif
 
 namespace nls {
 
@@ -26,7 +37,7 @@ REGISTER_OP("NlsUnscaleAndCheck")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
       c->set_output(0, c->input(0));
       c->set_output(1, c->Scalar());
-      return absl::OkStatus();
+      return NLS_OK();
     });
 
 // Exponent field of each type, and the bit pattern that marks an inf or a NaN.
@@ -64,7 +75,7 @@ class UnscaleAndCheckOp : public OpKernel {
     const Tensor& in = ctx->input(0);
     const Tensor& rt = ctx->input(1);
     OP_REQUIRES(ctx, rt.NumElements() == 1,
-                absl::InvalidArgumentError("reciprocal must be a scalar"));
+                NLS_INVALID_ARGUMENT("reciprocal must be a scalar"));
     const float r = rt.flat<float>()(0);
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));

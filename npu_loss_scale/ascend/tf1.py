@@ -50,7 +50,10 @@ What is not done yet: most of ``learn``, ``quantize``, ``opt`` contrib pieces, `
 import builtins
 import os
 import sys
-import sysconfig  # here, not in the import hook below (Python 3.7 loads it late)
+# imported here, before the import hooks exist: imported from inside a hook while the standard
+# library's own sysconfig is being imported (Python 3.7 and 3.9 import it late), it is
+# half-initialised
+import sysconfig
 
 _state = {}
 
