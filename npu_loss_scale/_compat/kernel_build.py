@@ -6,8 +6,11 @@ ABI: Abseil picks ``std::string_view`` for ``absl::string_view`` under C++17 and
 under C++14, so a kernel compiled with the compiler's default (C++17 for g++ 11 and later)
 against a C++14 build of TensorFlow refers to symbols the framework library does not have
 (``OpKernelRegistrar::InitInternal(..., std::basic_string_view...)``) and fails to load.
-TensorFlow was built as C++14 up to 2.9 (2.6.5 is the release of Ascend's TF2 adapter) and as
-C++17 from 2.10 on.
+TensorFlow was built as C++11 in 1.15 (the release of Ascend's TF1 adapter) and C++14 up to 2.9
+(2.6.5 is the release of Ascend's TF2 adapter), both with Abseil's own ``string_view``, and as
+C++17 from 2.10 on. Before 2.10 the kernel is compiled as C++14, which compiles both releases'
+headers and shares C++11's ABI (on 1.15.5 the kernel builds, loads and runs). 1.15's flags also
+say ``-D_GLIBCXX_USE_CXX11_ABI=0``, the pre-C++11 ``std::string`` it was built with.
 """
 import re
 

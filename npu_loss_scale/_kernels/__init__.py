@@ -9,7 +9,7 @@ unscaling multiply plus the per-tensor sum of the ``inf_nan`` and ``emulation`` 
 one pass over the gradients instead of two.
 
 Building needs a C++ compiler (``$CXX``, else ``g++``, else ``c++``; C++17, or C++14 for the
-TensorFlow releases built as C++14, see :mod:`npu_loss_scale._compat.kernel_build`) and takes
+TensorFlow releases before 2.10, see :mod:`npu_loss_scale._compat.kernel_build`) and takes
 about 20 seconds, once per TensorFlow version and machine: the library is cached under
 ``$NPU_LOSS_SCALE_CACHE`` (default ``~/.cache/npu_loss_scale``), keyed by the source, the
 TensorFlow version and its compile flags. ``NPU_LOSS_SCALE_FUSED_UNSCALE`` chooses:

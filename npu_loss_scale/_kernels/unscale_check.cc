@@ -7,11 +7,17 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/platform/threadpool.h"
 #include "tensorflow/core/public/version.h"
+// ThreadPool's header moved from lib/core (TensorFlow 1.x) to platform (2.x).
+#if TF_MAJOR_VERSION < 2
+#include "tensorflow/core/lib/core/threadpool.h"
+#else
+#include "tensorflow/core/platform/threadpool.h"
+#endif
 
-// TensorFlow's Status became absl::Status in 2.13; 2.6 (Ascend's TF2 adapter) has its own class.
-#if TF_MAJOR_VERSION == 2 && TF_MINOR_VERSION < 13
+// TensorFlow's Status became absl::Status in 2.13; 1.15 and 2.6 (the releases of Ascend's TF1
+// and TF2 adapters) have its own class.
+#if TF_MAJOR_VERSION < 2 || (TF_MAJOR_VERSION == 2 && TF_MINOR_VERSION < 13)
 #define NLS_OK() ::tensorflow::Status::OK()
 #define NLS_INVALID_ARGUMENT(message) ::tensorflow::errors::InvalidArgument(message)
 #else
@@ -55,7 +61,7 @@ template <> struct Bits<Eigen::half> {
   using U = uint16_t;
   static constexpr U kExp = 0x7c00u, kStep = 0x0400u, kTop = 0x8000u;
 };
-template <> struct Bits<Eigen::bfloat16> {
+template <> struct Bits<tensorflow::bfloat16> {
   using U = uint16_t;
   static constexpr U kExp = 0x7f80u, kStep = 0x0080u, kTop = 0x8000u;
 };
@@ -115,7 +121,7 @@ class UnscaleAndCheckOp : public OpKernel {
 NLS_REGISTER(float);
 NLS_REGISTER(double);
 NLS_REGISTER(Eigen::half);
-NLS_REGISTER(Eigen::bfloat16);
+NLS_REGISTER(tensorflow::bfloat16);
 #undef NLS_REGISTER
 
 }  // namespace nls
