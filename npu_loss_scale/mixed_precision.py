@@ -228,7 +228,7 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
                 pairs.append((g, v))
             else:
                 pairs.append((_cast(g, tf.float32), entry[1]))
-                copies.append(entry)
+                copies.append((v, entry[1]))    # the variable as this replica sees it
         if self._clip_grad > 0:
             present = [i for i, (g, _) in enumerate(pairs) if g is not None]
             grads = [pairs[i][0] for i in present]

@@ -6,7 +6,7 @@
   (``tf.compat.v1.mixed_precision`` in 2.x, ``tf.compat.v1.train.experimental`` in 1.15).
 * ``BASE_OPTIMIZER``: the class the package's optimizer subclasses on this TensorFlow.
 * ``evaluate(build)``: the NumPy values of the tensors ``build()`` returns, eagerly on 2.x and
-  in a fresh graph run by a Session on 1.15 (a test written once for both).
+  in a fresh graph run by a Session on 1.15, variables initialised (a test written once for both).
 * ``control_flow(v2)``: builds under v1 or v2 control flow and restores what was set before
   (2.x defaults to v2, 1.15 to v1). On 1.15, v2 control flow skips the test: it is an opt-in
   preview there (TF1 scripts build v1 ``cond``/``while_loop``), and the package does not support
@@ -27,12 +27,13 @@ BASE_OPTIMIZER = _lso.LossScaleOptimizerBase.__mro__[1] if TF1 else _lso.LossSca
 def evaluate(build):
     """The NumPy values of the tensors (any nest) that ``build()`` returns: computed eagerly
     where eager execution is on (TensorFlow 2), else built in a fresh graph and run by a Session
-    (TensorFlow 1.15's default)."""
+    (TensorFlow 1.15's default) after initialising the variables it created."""
     if tf.executing_eagerly():
         return tf.nest.map_structure(lambda t: t.numpy(), build())
     with tf.Graph().as_default():
         out = build()
         with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
             return sess.run(out)
 
 

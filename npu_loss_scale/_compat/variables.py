@@ -6,10 +6,13 @@
   read after that step's own update. Resource variables order reads and writes as written.
 * ``snapshot(value)``: the value of a variable or tensor now, a tensor that later writes leave
   alone. TensorFlow 1.15's ``global_step`` is a reference variable, and ``tf.identity`` of it
-  shares its buffer (so does its ``<name>/read`` value): an ``AssignAdd`` that runs afterwards shows through. A reference is copied
-  with the ``Snapshot`` op; anything else goes through ``tf.identity`` as before.
+  shares its buffer (so does its ``<name>/read`` value): an ``AssignAdd`` that runs afterwards
+  shows through. A reference is copied with the ``Snapshot`` op; anything else goes through ``tf.identity`` as before.
 * ``key(var)``: ``var.ref()`` (TensorFlow 2.x), ``var.experimental_ref()`` (1.15), or the
-  object's id when it has neither.
+  object's id when it has neither; a component of a ``tf.distribute`` variable is keyed as the
+  variable it belongs to. (TensorFlow 1.15's ``call_for_each_replica`` hands each replica the
+  component of a ``MirroredVariable`` that lives on its device; 2.x hands it the variable
+  itself. Either way the same variable gets the same key.)
 """
 import tensorflow as tf
 from tensorflow.python.ops import gen_array_ops, resource_variable_ops
@@ -26,6 +29,9 @@ def Variable(*args, **kwargs):  # pylint: disable=invalid-name
 
 def key(var):
     """A hashable stand-in for ``var`` (variables themselves are not hashable in 2.x)."""
+    container = getattr(var, "_distributed_container", None)
+    if container is not None:   # a weak reference to the tf.distribute variable
+        var = container() or var
     ref = getattr(var, "ref", None) or getattr(var, "experimental_ref", None)
     return id(var) if ref is None else ref()
 
