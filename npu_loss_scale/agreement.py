@@ -70,6 +70,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _checks
+from ._compat import collectives
 
 AGREEMENT_NAMES = ("strategy", "hccl", "horovod", "collective")
 
@@ -679,18 +680,17 @@ class CollectiveAgreement(Agreement):
             raise RuntimeError("agreement 'collective' works in graph mode (a tf.Graph run by "
                                "a Session on the task's server); in eager mode use a "
                                "tf.distribute strategy (agreement 'strategy').")
-        from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
         key = self._instance_key
         if key is None:
             key = self.cluster.next_instance_key()
         with tf.device(self.cluster.device):
-            out = collective_ops.all_reduce_v2(
+            out = collectives.all_reduce_sum(
                 status, group_size=self.cluster.group_size, group_key=self.cluster.group_key,
-                instance_key=key, merge_op="Add", final_op="Id",
-                communication_hint=self.communication_hint, timeout=self.timeout,
-                name=STATUS_ALLREDUCE_NAME)
-        _record_reduce(out, self.name, self.timeout, "TF CollectiveReduceV2 over %d processes"
-                       % self.cluster.group_size)
+                instance_key=key, communication_hint=self.communication_hint,
+                timeout=self.timeout, name=STATUS_ALLREDUCE_NAME)
+        _record_reduce(out, self.name, self.timeout if collectives.HAS_TIMEOUT else None,
+                       "TF CollectiveReduce%s over %d processes"
+                       % ("V2" if collectives.HAS_TIMEOUT else "", self.cluster.group_size))
         return out
 
 
@@ -743,7 +743,9 @@ def _strategy_spans_processes(strategy):
             return bool(probe())
         except Exception:  # pylint: disable=broad-except
             return False
-    return False
+    # TF 1.15's multi-worker strategy has no such probe; it keeps its worker count.
+    workers = getattr(extended, "_num_workers", None)
+    return isinstance(workers, int) and workers > 1
 
 
 def _discover(backend_name):

@@ -201,7 +201,7 @@ def _parse(argv):
     parser.add_argument("--tf1", action="store_true",
                         help="TF1 mode: the script's own `import tensorflow as tf` gives "
                              "tensorflow.compat.v1 with v2 behaviour off (see "
-                             "npu_loss_scale.ascend.tf1)")
+                             "npu_loss_scale.ascend.tf1); on TensorFlow 1.15 it changes nothing")
     parser.add_argument("--precision-mode", default=None,
                         help="precision_mode for sessions whose config sets none and, "
                              "without --tf1, for TF2 code (the device's training default is "
@@ -285,6 +285,13 @@ def main(argv=None):
     else:
         sys.argv = [args.module] + args.script_args
         sys.path[0] = os.getcwd()  # as `python -m module` does
+
+    if args.tf1:
+        from ._compat.loss_scale_optimizer import CONTRIB  # pylint: disable=import-outside-toplevel
+        if CONTRIB:   # TensorFlow 1.x: the script's TF1 API is there as it is
+            print("%s: --tf1 changes nothing on TensorFlow 1.15 (its API is TF1's)" % _PROG,
+                  file=sys.stderr)
+            args.tf1 = False
 
     shim_in_use = install_shim()
     if not shim_in_use:

@@ -1,4 +1,4 @@
-"""Ascend's Keras ``NpuLossScaleOptimizer`` (TF2 adapter) for Keras 2 (TF 2.15) and Keras 3.
+"""Ascend's Keras ``NpuLossScaleOptimizer`` (TF2 adapter) for Keras 2 (TF 2.6, 2.15) and Keras 3.
 
 ``NpuLossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
 dynamic_growth_steps=None)`` is Keras's own loss-scale optimizer with Ascend's overflow
@@ -23,8 +23,8 @@ What one step does:
 * a loss scale that is not a finite number >= 1, or a negative growth counter (what a restored
   checkpoint can hold; the constructor refuses such values), fails the next step before any of
   it runs, with an ``InvalidArgumentError`` naming the variable, its value and what is accepted.
-* ``iterations`` follows the Keras version: Keras 2 counts skipped steps too, Keras 3 only
-  applied ones.
+* ``iterations`` follows the Keras version: Keras 2 counts skipped steps too (as the TF2
+  adapter does on TF 2.6), Keras 3 only applied ones.
 
 Keras 2 (TF 2.15): ``inner_optimizer`` may also be a legacy one (``OptimizerV2``:
 ``tf.keras.optimizers.legacy.*``, TensorFlow Addons' optimizers, the ``tf.keras.optimizers`` of
@@ -33,8 +33,13 @@ TF 2.4 that the adapter's scripts subclass); the optimizer is then built on Kera
 ``NpuLossScaleOptimizer``), with the same arguments and steps, as Keras's own
 ``LossScaleOptimizer(optimizer)`` picks its class from the optimizer's kind.
 
-The class is built on first use from the Keras in ``tf.keras`` (Keras 2's
-``LossScaleOptimizerV3`` on TF 2.15, ``keras.optimizers.LossScaleOptimizer`` on Keras 3), so
+Keras 2.6 (TF 2.6.5, the TensorFlow of Ascend's TF2 adapter): ``tf.keras.optimizers`` are
+``OptimizerV2`` ones, and the class is built on Keras's ``LossScaleOptimizer`` for them, as the
+adapter's is.
+
+The class is built on first use from the Keras in ``tf.keras`` (Keras's ``LossScaleOptimizer``
+on TF 2.6, Keras 2's ``LossScaleOptimizerV3`` on TF 2.15, ``keras.optimizers.LossScaleOptimizer``
+on Keras 3; :mod:`npu_loss_scale._compat.keras`), so
 importing :mod:`npu_loss_scale` does not import Keras. Keras 3 ``model.fit`` with the emulated
 register needs ``jit_compile=False`` (the register is a hash table, which XLA cannot compile).
 
@@ -57,6 +62,8 @@ import threading
 import tensorflow as tf
 
 from . import _checks
+from ._compat import keras as compat_keras
+from ._compat.ops import where
 from ._unscale import Reciprocal, unscale_gradient
 from .frontends._overflow import OverflowCheck
 
@@ -88,7 +95,7 @@ def _check_args(dynamic, initial_scale, dynamic_growth_steps):
 def _grown(scale, doubled):
     """The scale after a growth: ``doubled`` unless it is infinite, else ``scale`` (both Keras
     versions keep the scale finite, see the module docstring)."""
-    return tf.where(tf.math.is_finite(doubled), doubled, scale)
+    return where(tf.math.is_finite(doubled), doubled, scale)
 
 
 _IMPOSSIBLE = ("NpuLossScaleOptimizer: the %s variable %s holds {}; accepted: %s (a restored "
@@ -133,10 +140,6 @@ class _NpuProperties:
     def backend_name(self):
         """The overflow detection backend in use: ``npu``, ``emulation`` or ``inf_nan``."""
         return self._npu_check.backend_name
-
-
-def _keras3():
-    return hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 
 
 # -- Keras 3 --------------------------------------------------------------------------------------
@@ -240,11 +243,10 @@ def _build_keras3():
 
 # -- Keras 2 --------------------------------------------------------------------------------------
 def _build_keras2():
-    lso_module = sys.modules[tf.keras.mixed_precision.LossScaleOptimizer.__module__]
-    base = lso_module.LossScaleOptimizerV3
-    legacy_base = lso_module.LossScaleOptimizer          # Keras's, for OptimizerV2
-    legacy_optimizer = lso_module.optimizer_v2.OptimizerV2
-    state_base = lso_module._DynamicLossScaleState  # pylint: disable=protected-access
+    classes = compat_keras.keras2_classes()
+    legacy_base = classes.legacy_loss_scale_optimizer     # Keras's, for OptimizerV2
+    legacy_optimizer = classes.legacy_optimizer
+    state_base = classes.dynamic_state
 
     class _NpuLossScaleState(state_base):
         """Keras 2's dynamic loss-scale state, deciding with the package's detection.
@@ -353,22 +355,43 @@ def _build_keras2():
             _conversion.legacy_class = getattr(type(self), "_npu_legacy_class", None)
             return config
 
-    class NpuLegacyLossScaleOptimizer(_Keras2, legacy_base):  # pylint: disable=abstract-method
+    def legacy_class(name, doc, accepted):
+        """The class around an ``OptimizerV2``, called ``name``; ``accepted`` says in errors
+        which optimizers it takes."""
+
+        class Legacy(_Keras2, legacy_base):  # pylint: disable=abstract-method
+            __doc__ = doc
+
+            def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
+                         dynamic_growth_steps=None, *, backend=None, is_distributed=False,
+                         agreement=None):
+                if not isinstance(inner_optimizer, legacy_optimizer):
+                    raise TypeError("inner_optimizer must be %s; got %r (type %s)"
+                                    % (accepted, inner_optimizer,
+                                       type(inner_optimizer).__name__))
+                self._npu_init(legacy_base, inner_optimizer, dynamic, initial_scale,
+                               dynamic_growth_steps, backend, is_distributed, agreement)
+
+        Legacy.__name__ = Legacy.__qualname__ = name
+        Legacy.__module__ = __name__
+        return Legacy
+
+    if classes.loss_scale_optimizer is None:
+        # Keras 2.6: OptimizerV2 is the only family, and Keras's LossScaleOptimizer the class
+        # Ascend's TF2 adapter builds on.
+        return legacy_class(
+            "NpuLossScaleOptimizer", __doc__,
+            "a Keras optimizer of tf.keras.optimizers (for example tf.keras.optimizers.Adam())")
+
+    base = classes.loss_scale_optimizer
+    NpuLegacyLossScaleOptimizer = legacy_class(  # pylint: disable=invalid-name
+        "NpuLegacyLossScaleOptimizer",
         """``NpuLossScaleOptimizer`` around a legacy (``OptimizerV2``) Keras optimizer, what
         ``tf.keras.optimizers`` were up to TF 2.10 and ``tf.keras.optimizers.legacy`` (and
         TensorFlow Addons' optimizers) are since: built on Keras's ``LossScaleOptimizer`` for
         them, same arguments and behaviour. ``NpuLossScaleOptimizer(legacy_optimizer)`` gives
-        one, and it is an instance of ``NpuLossScaleOptimizer``."""
-
-        def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
-                     dynamic_growth_steps=None, *, backend=None, is_distributed=False,
-                     agreement=None):
-            if not isinstance(inner_optimizer, legacy_optimizer):
-                raise TypeError("inner_optimizer must be a legacy Keras optimizer (of "
-                                "tf.keras.optimizers.legacy); got %r (type %s)"
-                                % (inner_optimizer, type(inner_optimizer).__name__))
-            self._npu_init(legacy_base, inner_optimizer, dynamic, initial_scale,
-                           dynamic_growth_steps, backend, is_distributed, agreement)
+        one, and it is an instance of ``NpuLossScaleOptimizer``.""",
+        "a legacy Keras optimizer (of tf.keras.optimizers.legacy)")
 
     class _Dispatch(type(base)):
         """``NpuLossScaleOptimizer(legacy_optimizer)`` builds the legacy class (as Keras's
@@ -389,7 +412,7 @@ def _build_keras2():
         def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
                      dynamic_growth_steps=None, *, backend=None, is_distributed=False,
                      agreement=None):
-            if not isinstance(inner_optimizer, tf.keras.optimizers.Optimizer):
+            if not isinstance(inner_optimizer, classes.optimizer):
                 raise TypeError("inner_optimizer must be a Keras optimizer of "
                                 "tf.keras.optimizers (for example tf.keras.optimizers.Adam()) "
                                 "or of tf.keras.optimizers.legacy; got %r (type %s)"
@@ -398,7 +421,6 @@ def _build_keras2():
                            backend, is_distributed, agreement)
 
     NpuLossScaleOptimizer._npu_legacy_class = NpuLegacyLossScaleOptimizer  # pylint: disable=protected-access
-    NpuLegacyLossScaleOptimizer.__module__ = __name__
     _register(NpuLegacyLossScaleOptimizer)
     _register_legacy_conversion(NpuLegacyLossScaleOptimizer)
     NpuLossScaleOptimizer.__module__ = __name__
@@ -440,7 +462,8 @@ def _register_legacy_conversion(legacy_class):
 def __getattr__(name):
     if name == "NpuLossScaleOptimizer":
         if name not in _built:
-            _built[name] = _register(_build_keras3() if _keras3() else _build_keras2())
+            build = _build_keras3 if compat_keras.is_keras3() else _build_keras2
+            _built[name] = _register(build())
         return _built[name]
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 

@@ -49,6 +49,8 @@ import weakref
 import tensorflow as tf
 
 from . import _checks
+from ._compat.ops import where
+from ._compat.variables import Variable, key as variable_key
 from .megatron_scalers import ConstantGradScaler
 from .optimizer import SUMMARY_SCOPE, NPULossScaleOptimizer
 from .policy import LossScaleManager
@@ -168,7 +170,7 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
 
     def main_param(self, var):
         """The float32 main copy of ``var``, or None if it has none."""
-        entry = self._main_table().get(var.ref())
+        entry = self._main_table().get(variable_key(var))
         return entry[1] if entry is not None else None
 
     def build_main_params(self, var_list):
@@ -179,14 +181,14 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
         table = self._main_table()
         made = []
         for var in var_list:
-            if var is None or var.dtype.base_dtype not in _LOW_PRECISION or var.ref() in table:
+            if var is None or var.dtype.base_dtype not in _LOW_PRECISION or variable_key(var) in table:
                 continue
             base = var.name.split(":")[0]
             with tf.init_scope(), tf.control_dependencies(None):
                 if tf.executing_eagerly():
                     initial = tf.cast(var, tf.float32)
-                    main = tf.Variable(initial, trainable=False, dtype=tf.float32,
-                                       name=base + "/" + MAIN_PARAM_SUFFIX)
+                    main = Variable(initial, trainable=False, dtype=tf.float32,
+                                    name=base + "/" + MAIN_PARAM_SUFFIX)
                 else:
                     graph = tf.compat.v1.get_default_graph()
                     with graph.name_scope(None):
@@ -196,7 +198,7 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
                             name=base + "/" + MAIN_PARAM_SUFFIX)
             self._track_trackable(main, MAIN_PARAM_SUFFIX + "." + base.replace("/", "."),
                                   overwrite=True)
-            table[var.ref()] = (var, main)
+            table[variable_key(var)] = (var, main)
             made.append(main)
         return made
 
@@ -221,12 +223,12 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
         table = self._main_table()
         pairs, copies = [], []
         for g, v in grads_and_vars:
-            entry = table.get(v.ref()) if g is not None else None
+            entry = table.get(variable_key(v)) if g is not None else None
             if entry is None:
                 pairs.append((g, v))
             else:
                 pairs.append((_cast(g, tf.float32), entry[1]))
-                copies.append(entry)
+                copies.append((v, entry[1]))    # the variable as this replica sees it
         if self._clip_grad > 0:
             present = [i for i, (g, _) in enumerate(pairs) if g is not None]
             grads = [pairs[i][0] for i in present]
@@ -402,10 +404,10 @@ class MegatronMixedPrecisionOptimizer(NPULossScaleOptimizer):
         except RuntimeError:      # the manager turned the overflow check off
             finite = tf.constant(True)
         with tf.name_scope("grad_stats"):
-            stats = {"grad_norm": tf.where(finite, norm, tf.constant(float("nan"), tf.float32),
+            stats = {"grad_norm": where(finite, norm, tf.constant(float("nan"), tf.float32),
                                            name="grad_norm")}
             if zeros is not None:
-                stats["num_zeros_in_grad"] = tf.where(finite, zeros, tf.constant(-1, tf.int64),
+                stats["num_zeros_in_grad"] = where(finite, zeros, tf.constant(-1, tf.int64),
                                                       name="num_zeros_in_grad")
         if tf.executing_eagerly():
             self._eager_stats = stats

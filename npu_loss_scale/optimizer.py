@@ -5,10 +5,13 @@ import warnings
 import tensorflow as tf
 
 from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
+from ._compat import tracking
+from ._compat.lookup import MutableHashTable
+from ._compat.loss_scale_optimizer import LossScaleOptimizerBase
+from ._compat.variables import Variable, key as variable_key, snapshot
 from ._unscale import Reciprocal, unscale_gradient
-from .policy import LossScaleManager
+from .policy import as_manager
 
-_Base = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
 
 FINITE_OP_NAME = "overflow_status_reduce_all"
 SUMMARY_SCOPE = "npu_loss_scale"
@@ -46,7 +49,7 @@ class _Counter:
 
     def __init__(self, name, checkpoint=False):
         with tf.device("/device:CPU:0"):
-            self._table = tf.lookup.experimental.MutableHashTable(
+            self._table = MutableHashTable(
                 key_dtype=tf.int64, value_dtype=tf.int64, default_value=0, checkpoint=checkpoint,
                 name=name + "_table")
         self.name = name
@@ -65,7 +68,7 @@ class _Counter:
                 return tf.identity(value)
 
 
-class NPULossScaleOptimizer(_Base):
+class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
     """Wraps a ``tf.compat.v1.train`` optimizer with Ascend-style loss scaling.
 
     What one training step does (``minimize`` = ``compute_gradients`` + ``apply_gradients``):
@@ -116,7 +119,9 @@ class NPULossScaleOptimizer(_Base):
 
     Args:
       opt: the optimizer to wrap, an instance of ``tf.compat.v1.train.Optimizer``.
-      loss_scale_manager: a :class:`LossScaleManager`.
+      loss_scale_manager: a :class:`LossScaleManager`, or any object with ``get_loss_scale()``
+        and ``update_loss_scale(finite_grads)`` (a manager written for contrib or Ascend's
+        adapter): its ``update_loss_scale`` is called once per step, inside the train op.
       is_distributed: sum the overflow status across ranks before deciding (Horovod, HCCL or a
         ``tf.distribute`` strategy; see :mod:`npu_loss_scale.agreement`).
       backend: overflow detection backend, ``"npu"``, ``"emulation"`` or ``"inf_nan"``; default:
@@ -147,10 +152,7 @@ class NPULossScaleOptimizer(_Base):
                             "tf.compat.v1.train.AdamOptimizer); got %r (type %s). For Keras "
                             "optimizers use a Keras loss-scale optimizer instead."
                             % (opt, type(opt).__name__))
-        if not isinstance(loss_scale_manager, LossScaleManager):
-            raise TypeError("loss_scale_manager must be a LossScaleManager (FixedLossScaleManager "
-                            "or ExponentialUpdateLossScaleManager); got %r (type %s)"
-                            % (loss_scale_manager, type(loss_scale_manager).__name__))
+        manager = as_manager(loss_scale_manager)
         _checks.boolean("is_distributed", is_distributed)
         _checks.boolean("summaries", summaries)
         self._checkpoint_skipped = _checks.boolean("checkpoint_skipped_steps",
@@ -158,16 +160,18 @@ class NPULossScaleOptimizer(_Base):
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError("name must be a non-empty string or None; got %r" % (name,))
         self._accumulation_steps = _checks.positive_int("accumulation_steps", accumulation_steps)
-        self._manager = loss_scale_manager
+        self._manager = manager
         self._is_distributed = is_distributed
-        self._check_overflow = bool(loss_scale_manager.get_enable_overflow_check())
+        self._check_overflow = bool(manager.get_enable_overflow_check())
         self._backend_name = detection.get_backend_name(backend)
         self._detector = detection.make_detector(self._backend_name)
         if agreement is not None and not isinstance(agreement, agreement_lib.Agreement):
             _checks.one_of("agreement", agreement, agreement_lib.AGREEMENT_NAMES)
         self._agreement_choice = agreement
         self._summaries = summaries
-        super().__init__(opt, loss_scale_manager)
+        super().__init__(opt, manager)
+        # The attribute Ascend's TF1 optimizer (and contrib's) keeps the manager in: the user's.
+        self._loss_scale_manager = loss_scale_manager
         self._name = name or "NPULossScale_" + opt.get_name()
         self._per_graph = _graphs.PerGraph("optimizer")
         self._state()   # create skipped_steps now, beside the manager's variables
@@ -175,7 +179,7 @@ class NPULossScaleOptimizer(_Base):
     # -- public properties --------------------------------------------------------------------
     @property
     def loss_scale_manager(self):
-        return self._manager
+        return self._loss_scale_manager
 
     @property
     def inner_optimizer(self):
@@ -295,13 +299,14 @@ class NPULossScaleOptimizer(_Base):
                  "skipped_read": skipped.read(name="skipped_steps") if in_graph else None,
                  "reader": self._detector.reader() if self._check_overflow else None}
         if self._accumulation_steps > 1:
-            state["micro_step"] = tf.Variable(0, dtype=tf.int64, trainable=False,
+            state["micro_step"] = Variable(0, dtype=tf.int64, trainable=False,
                                               name="accumulation_step")
         return state
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        children = dict(super()._trackable_children(save_type, **kwargs))
-        state = self._per_graph.peek()
+    def _extra_trackable_children(self):
+        children = {}
+        per_graph = self.__dict__.get("_per_graph")   # None while constructing
+        state = per_graph.peek() if per_graph is not None else None
         if state is not None:
             if "micro_step" in state:
                 children["accumulation_step"] = state["micro_step"]
@@ -314,7 +319,7 @@ class NPULossScaleOptimizer(_Base):
 
     @staticmethod
     def _var_key(var):
-        return var.ref() if hasattr(var, "ref") else id(var)
+        return variable_key(var)
 
     def _mark_observed(self, grads_and_vars, check):
         """Remembers, in the graph being built, that these gradients were checked in scaled form
@@ -549,7 +554,7 @@ class NPULossScaleOptimizer(_Base):
         gs_before = None
         if global_step is not None:
             with tf.control_dependencies(None):
-                gs_before = tf.identity(tf.convert_to_tensor(global_step))
+                gs_before = snapshot(global_step)
             before.append(gs_before)
         with tf.control_dependencies([scale]):
             next_scale = self._manager.next_loss_scale(finite)
@@ -611,8 +616,12 @@ class NPULossScaleOptimizer(_Base):
         ops, report = self._bookkeeping(state, finite, global_step, before)
 
         def apply_fn():
-            return self._apply_gradients(distribution, grads_and_vars, global_step,
-                                         name + "-wrapped")
+            # The dependencies again inside the branch: a v1 cond does not hold the ops in its
+            # branches to the dependencies around it, and TF 1.15's reference-variable
+            # global_step would otherwise be read for the report after the branch advanced it.
+            with tf.control_dependencies(before):
+                return self._apply_gradients(distribution, grads_and_vars, global_step,
+                                             name + "-wrapped")
 
         with tf.control_dependencies(before):
             maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
@@ -624,19 +633,19 @@ class NPULossScaleOptimizer(_Base):
 
     # -- accumulation -------------------------------------------------------------------------
     def _accumulator(self, state, var):
-        key = var.ref() if hasattr(var, "ref") else id(var)
+        key = variable_key(var)
         acc = state["accumulators"].get(key)
         if acc is None:
             dtype = tf.float64 if var.dtype.base_dtype == tf.float64 else tf.float32
             graph = _graphs.outermost_graph()
             with _graphs.outer_scope(graph):
                 if graph is None:
-                    acc = tf.Variable(tf.zeros(var.shape, dtype), trainable=False,
-                                      name="accumulator")
+                    acc = Variable(tf.zeros(var.shape, dtype), trainable=False,
+                                   name="accumulator")
                 else:
                     with graph.name_scope(None):
-                        acc = tf.Variable(tf.zeros(var.shape, dtype), trainable=False,
-                                          name=var.op.name + "/accumulator")
+                        acc = Variable(tf.zeros(var.shape, dtype), trainable=False,
+                                       name=var.op.name + "/accumulator")
             state["accumulators"][key] = acc
         return acc
 
@@ -670,7 +679,9 @@ class NPULossScaleOptimizer(_Base):
             means = [(tf.cast(t / n, v.dtype.base_dtype), v) for t, (_, v) in zip(totals, pairs)]
 
             def apply_fn():
-                return self._apply_gradients(distribution, means, global_step, name + "-wrapped")
+                with tf.control_dependencies(before):    # as in _distributed_apply
+                    return self._apply_gradients(distribution, means, global_step,
+                                                 name + "-wrapped")
 
             with tf.control_dependencies(before):
                 maybe_apply = tf.cond(finite, apply_fn, tf.no_op)

@@ -28,9 +28,12 @@ import abc
 import tensorflow as tf
 
 from . import _checks, _graphs, _state_io
+from ._compat import tracking
+from ._compat.loss_scale_optimizer import MANAGER_BASES
+from ._compat.ops import where
+from ._compat.variables import Variable
 from .reference import growth_threshold
 
-_LossScale = tf.compat.v1.mixed_precision.LossScale
 
 # The float32 tensor a script can fetch by name: ``loss_scale:0`` (see ascend-facts §3).
 LOSS_SCALE_TENSOR_NAME = "loss_scale"
@@ -50,12 +53,14 @@ class _WholeVariable(tf.Variable.SaveSliceInfo):
         return ""
 
 
-class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
+class LossScaleManager(tracking.ExtraChildren, *MANAGER_BASES, metaclass=abc.ABCMeta):
     """Base class of loss-scale managers.
 
-    Subclasses implement :meth:`get_loss_scale`, :meth:`update_loss_scale` and
-    :meth:`_build_state`, and may override :meth:`get_enable_overflow_check` and
-    :meth:`next_loss_scale`.
+    Subclasses implement :meth:`get_loss_scale` and :meth:`update_loss_scale` (the contract of
+    ``tf.contrib.mixed_precision``'s managers and Ascend's: a manager that keeps its own
+    variables needs nothing else, and may skip this constructor), and may override
+    :meth:`_build_state`, :meth:`get_enable_overflow_check`, :meth:`next_loss_scale` and
+    :meth:`get_config`.
 
     Per-graph state, for subclasses: :meth:`_state` returns a dict built by ``_build_state()``
     the first time the manager is used in the current outermost graph; ``_build_state`` runs in
@@ -72,6 +77,15 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
     def __init__(self):
         super().__init__()
         self._per_graph = _graphs.PerGraph("manager")
+
+    def __getattr__(self, attr):
+        # A subclass whose constructor does not call this one (contrib's managers have no
+        # constructor to call) gets its per-graph state holder on first use.
+        if attr == "_per_graph":
+            holder = _graphs.PerGraph("manager")
+            self.__dict__["_per_graph"] = holder
+            return holder
+        raise AttributeError("%r object has no attribute %r" % (type(self).__name__, attr))
 
     @abc.abstractmethod
     def get_loss_scale(self):
@@ -132,9 +146,20 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
         return _state_io.restored_state_check(type(self).__name__, state["_weights"],
                                               self._state_limits())
 
-    @abc.abstractmethod
     def _build_state(self):
-        """Creates this manager's tensors and variables in the current graph; returns a dict."""
+        """Creates this manager's tensors and variables in the current graph; returns a dict.
+
+        The default creates nothing: a manager that keeps its own variables needs no per-graph
+        state.
+        """
+        return {}
+
+    def get_config(self):
+        """The constructor arguments, for ``from_config``; a subclass that wants to be
+        serialised overrides it (there is no way to guess its arguments)."""
+        raise NotImplementedError(
+            "%s does not implement get_config(): override it to return the constructor's "
+            "arguments as a dict" % type(self).__name__)
 
     @tf.autograph.experimental.do_not_convert   # graph building only: nothing to convert
     def _scale_of_variable(self):
@@ -159,10 +184,10 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
         as ``name``.
         """
         graph = _graphs.outermost_graph()
-        variable = tf.Variable(initial_value, name=name if graph is None else name + "_value",
-                               dtype=dtype, trainable=False,
-                               synchronization=tf.VariableSynchronization.AUTO,
-                               aggregation=tf.VariableAggregation.NONE)
+        variable = Variable(initial_value, name=name if graph is None else name + "_value",
+                            dtype=dtype, trainable=False,
+                            synchronization=tf.VariableSynchronization.AUTO,
+                            aggregation=tf.VariableAggregation.NONE)
         if graph is not None and hasattr(variable, "_set_save_slice_info") \
                 and not tf.distribute.has_strategy():
             value = tf.identity(tf.convert_to_tensor(variable), name=name)
@@ -174,12 +199,10 @@ class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
         self._handle_deferred_dependencies(name=name, trackable=variable)
         return variable
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        children = dict(super()._trackable_children(save_type, **kwargs))
-        state = self._per_graph.peek()
-        if state is not None:
-            children.update(state.get("_weights", {}))
-        return children
+    def _extra_trackable_children(self):
+        per_graph = self.__dict__.get("_per_graph")   # None while constructing
+        state = per_graph.peek() if per_graph is not None else None
+        return dict(state.get("_weights", {})) if state is not None else {}
 
     @staticmethod
     def _finite_flag(finite_grads):
@@ -330,11 +353,11 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         shrink = tf.logical_and(tf.logical_not(finite),
                                 bad_next >= self._decr_every_n_nan_or_inf)
         can_grow = scale < growth_threshold(self._incr_ratio)
-        grown = tf.where(can_grow, scale * self._incr_ratio, scale)
+        grown = where(can_grow, scale * self._incr_ratio, scale)
         shrunk = tf.maximum(tf.constant(1.0, tf.float32), scale * self._decr_ratio)
-        new_scale = tf.where(grow, grown, tf.where(shrink, shrunk, scale))
-        new_good = tf.where(finite, tf.where(grow, zero, good_next), zero)
-        new_bad = tf.where(finite, tf.where(grow, zero, bad), tf.where(shrink, zero, bad_next))
+        new_scale = where(grow, grown, where(shrink, shrunk, scale))
+        new_good = where(finite, where(grow, zero, good_next), zero)
+        new_bad = where(finite, where(grow, zero, bad), where(shrink, zero, bad_next))
         return new_scale, new_good, new_bad
 
     def next_loss_scale(self, finite_grads):
@@ -374,3 +397,49 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
     def load_state_dict(self, state_dict, session=None):
         """Assigns the three values of a :meth:`state_dict` (same keys; session as there)."""
         _state_io.write(self, self._named_state_variables, state_dict, session)
+
+
+class _ForeignManager(LossScaleManager):
+    """A manager that is not a :class:`LossScaleManager`, seen as one.
+
+    Any object with ``get_loss_scale()`` and ``update_loss_scale(finite_grads)`` (the contract
+    of ``tf.contrib.mixed_precision`` and of Ascend's adapter) works with
+    :class:`~npu_loss_scale.NPULossScaleOptimizer`: its two methods are called as they are, and
+    ``get_enable_overflow_check()`` when it has one (else the check is on).
+    """
+
+    def __init__(self, manager):
+        super().__init__()
+        self.manager = manager
+
+    def get_loss_scale(self):
+        return self.manager.get_loss_scale()
+
+    def update_loss_scale(self, finite_grads):
+        return self.manager.update_loss_scale(finite_grads)
+
+    def get_enable_overflow_check(self):
+        check = getattr(self.manager, "get_enable_overflow_check", None)
+        return True if check is None else check()
+
+    def __repr__(self):
+        return repr(self.manager)
+
+
+def as_manager(manager):
+    """``manager`` itself when it is a :class:`LossScaleManager`, else a view of it as one.
+
+    Raises TypeError for an object without callable ``get_loss_scale`` and
+    ``update_loss_scale``.
+    """
+    if isinstance(manager, LossScaleManager):
+        return manager
+    missing = [m for m in ("get_loss_scale", "update_loss_scale")
+               if not callable(getattr(manager, m, None))]
+    if missing:
+        raise TypeError(
+            "loss_scale_manager must be a LossScaleManager (FixedLossScaleManager, "
+            "ExponentialUpdateLossScaleManager) or an object with get_loss_scale() and "
+            "update_loss_scale(finite_grads); got %r (type %s), which has no %s"
+            % (manager, type(manager).__name__, " and no ".join(m + "()" for m in missing)))
+    return _ForeignManager(manager)

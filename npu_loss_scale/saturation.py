@@ -93,8 +93,8 @@ def _saturate_structure(value):
 # -- every op ------------------------------------------------------------------------------------
 def _op_callbacks():
     try:
-        from tensorflow.python.framework import op_callbacks  # pylint: disable=import-outside-toplevel
-    except ImportError as err:  # pragma: no cover - present in every TF 2.x so far
+        from ._compat import op_callbacks  # pylint: disable=import-outside-toplevel
+    except ImportError as err:  # pragma: no cover - present in TF 1.15 and every TF 2.x so far
         raise RuntimeError("saturate_every_op needs TensorFlow's op callbacks "
                            "(tensorflow.python.framework.op_callbacks), which did not import: %s. "
                            "Apply saturate() or the Saturate layer by hand instead." % err)

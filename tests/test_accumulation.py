@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from tf_versions import tf2_only
 from npu_loss_scale import agreement
 
 BIG = 1e6
@@ -97,6 +98,7 @@ def test_sparse_gradients_accumulate_into_a_dense_float32_accumulator(graph, ses
                                   [[-0.5, -0.5], [-1.0, -1.0], [0.0, 0.0], [-0.5, -0.5]])
 
 
+@tf2_only
 def test_accumulation_in_a_tf_function():
     w = tf.Variable([1.0, 2.0])
     opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from tf_versions import collective_v2_only
 from npu_loss_scale import agreement
 
 WORLD_ENV = ("TF_CONFIG", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "RANK_SIZE",
@@ -210,6 +211,7 @@ def test_without_is_distributed_a_peer_overflow_is_never_seen(graph, session, mo
 
 
 # -- TF collectives, as built (run across processes in test_distributed_collective.py) ----------
+@collective_v2_only
 def test_collective_status_allreduce_is_one_op_whatever_the_number_of_gradients(graph):
     cluster = agreement.configure_collective({"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
                                              "worker", 1, timeout=7)

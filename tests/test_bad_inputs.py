@@ -583,7 +583,8 @@ CASES = [
          r"opt must be a tf\.compat\.v1\.train\.Optimizer.*For Keras optimizers use a Keras "
          r"loss-scale optimizer"),
     case("manager-not-a-manager", OPT, lambda c: lambda: nls.NPULossScaleOptimizer(
-        _sgd(), 1024.0), TypeError, r"loss_scale_manager must be a LossScaleManager .*got 1024\.0"),
+        _sgd(), 1024.0), TypeError, r"loss_scale_manager must be a LossScaleManager .*or an object "
+                                    r"with get_loss_scale\(\) and update_loss_scale.*got 1024\.0"),
     case("is-distributed-not-bool", OPT, lambda c: lambda: _opt(is_distributed="yes"), TypeError,
          r"is_distributed must be True or False; got 'yes'"),
     case("is-distributed-nothing-to-agree-through", OPT + ".minimize", b_optimizer_nothing_to_agree,

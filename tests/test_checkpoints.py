@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from tf_versions import tf2_only
 
 
 def _model():
@@ -103,6 +104,7 @@ def test_our_checkpoint_restores_into_ours_with_a_plain_saver(tmp_path):
             assert sess.run(mgr.variables + [gs]) == expected
 
 
+@tf2_only
 def test_object_based_checkpoint_round_trips_in_eager(tmp_path):
     mgr = nls.ExponentialUpdateLossScaleManager(2.0 ** 10, 1000, decr_every_n_nan_or_inf=1,
                                                 decr_ratio=0.5)

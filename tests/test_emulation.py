@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from tf_versions import tf2_only
 from npu_loss_scale import emulation
 from graph_walk import ancestors
 
@@ -141,6 +142,7 @@ def test_inf_nan_mode_leaves_ieee_values_and_the_register_alone(npu_device, grap
     np.testing.assert_array_equal(session.run(emulation.npu_get_float_status_v2()), ZEROS)
 
 
+@tf2_only
 def test_saturate_in_eager_mode_and_in_tf_function_share_one_register(npu_device):
     assert npu_device.status() == ZEROS
     y = nls.saturate(_f16([1e5, 1.0]))

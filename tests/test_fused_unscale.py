@@ -12,6 +12,7 @@ import tensorflow as tf
 import npu_loss_scale as nls
 from npu_loss_scale import _kernels
 from npu_loss_scale._unscale import Reciprocal
+from tf_versions import evaluate
 
 
 @pytest.fixture
@@ -34,8 +35,8 @@ def _expected(x, factors, dtype):
     first, second = (np.float32(f) for f in factors)
     if dtype == tf.float64:
         return x * np.float64(first) * np.float64(second)
-    wide = tf.cast(tf.constant(x), tf.float32).numpy() * first * second
-    return tf.cast(tf.constant(wide), dtype).numpy()
+    wide = evaluate(lambda: tf.cast(tf.constant(x), tf.float32)) * first * second
+    return evaluate(lambda: tf.cast(tf.constant(wide), dtype))
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
@@ -44,25 +45,24 @@ def test_the_product_is_bitwise_tensorflows_and_the_check_finds_every_inf_and_na
         dtype, size, monkeypatch, fresh_kernel_state):
     op = _op(monkeypatch)
     rng = np.random.RandomState(size)
-    x = tf.cast(tf.constant(rng.randn(size) * 100), dtype).numpy()
+    x = evaluate(lambda: tf.cast(tf.constant(rng.randn(size) * 100), dtype))
     cases = [(x, (1.0, 2.0 ** -15)), (x, (1.0, 0.3)), (x, (1.0, 1.0))]
     if dtype != tf.float16:   # the split factors of scales above 2**126, on such scaled values
-        big = tf.cast(tf.constant(x.astype(np.float64) * 2.0 ** 110), dtype).numpy()
+        big = evaluate(lambda: tf.cast(tf.constant(x.astype(np.float64) * 2.0 ** 110), dtype))
         cases += [(big, (2.0 ** -64, 2.0 ** -63)),
                   (big, (2.0 ** -64, np.float32(2.0 ** 64) / np.float32(3e38)))]
     for values, factors in cases:
-        unscaled, check = op(tf.constant(values), np.float32(factors))
-        got = unscaled.numpy()
+        got, check = evaluate(lambda: op(tf.constant(values), np.float32(factors)))
         want = _expected(values, factors, dtype)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
-        assert check.numpy() == 0.0
+        assert check == 0.0
     for bad in (np.inf, -np.inf, np.nan):
         for where in sorted({0, size // 2, size - 1}):
             y = x.copy()
             y[where] = bad
-            _, check = op(tf.constant(y), np.float32([1.0, 0.5]))
-            assert np.isnan(check.numpy()), (bad, where)
+            _, check = evaluate(lambda: op(tf.constant(y), np.float32([1.0, 0.5])))
+            assert np.isnan(check), (bad, where)
 
 
 def test_largest_finite_values_are_not_flagged(monkeypatch, fresh_kernel_state):
@@ -70,8 +70,8 @@ def test_largest_finite_values_are_not_flagged(monkeypatch, fresh_kernel_state):
     for dtype, big in ((np.float16, 65504.0), (np.float32, 3.4028235e38)):
         x = np.full(50_000, big, dtype)
         x[::2] *= -1
-        _, check = op(tf.constant(x), np.float32([1.0, 1.0]))
-        assert check.numpy() == 0.0
+        _, check = evaluate(lambda: op(tf.constant(x), np.float32([1.0, 1.0])))
+        assert check == 0.0
 
 
 def test_the_optimizer_uses_one_fused_op_per_gradient_and_skips_like_the_two_pass_path(
@@ -163,12 +163,40 @@ def test_a_scale_whose_reciprocal_is_subnormal_unscales_exactly(dtype, exponent,
     """At 2**126 and 2**127 the kernel, given Reciprocal.of(scale)'s factors, gives back the
     gradient itself (the NumPy float64 value of g*S/S), nothing flushed to zero."""
     op = _op(monkeypatch)
-    g = tf.cast(tf.constant(np.random.RandomState(exponent).uniform(-1, 1, 50_000)),
-                dtype).numpy()   # |g| <= 1: g * 2**127 is finite
+    g = evaluate(lambda: tf.cast(
+        tf.constant(np.random.RandomState(exponent).uniform(-1, 1, 50_000)), dtype))
+    # |g| <= 1: g * 2**127 is finite
     scaled = (g.astype(np.float64) * 2.0 ** exponent).astype(g.dtype)
-    unscaled, check = op(tf.constant(scaled), Reciprocal.of(2.0 ** exponent).factors)
-    got = unscaled.numpy().astype(np.float64)
+    unscaled, check = evaluate(
+        lambda: op(tf.constant(scaled), Reciprocal.of(2.0 ** exponent).factors))
+    got = unscaled.astype(np.float64)
     np.testing.assert_array_equal(got, scaled.astype(np.float64) / 2.0 ** exponent)
     np.testing.assert_array_equal(got, g.astype(np.float64))
     assert np.count_nonzero(got) == np.count_nonzero(g) > 0
-    assert check.numpy() == 0.0
+    assert check == 0.0
+
+
+class _FakeTF:
+    """Just what kernel_build reads of TensorFlow: its version and sysconfig flags."""
+
+    def __init__(self, version, flags):
+        self.version = type("version", (), {"VERSION": version})
+        self.sysconfig = type("sysconfig", (), {"get_compile_flags": staticmethod(lambda: flags),
+                                                "get_link_flags": staticmethod(lambda: [])})
+
+
+@pytest.mark.parametrize("version, expected_std", [
+    ("1.15.5", ["-std=c++14"]), ("2.6.5", ["-std=c++14"]), ("2.9.3", ["-std=c++14"]),
+    ("2.10.0", []), ("2.15.1", []), ("2.21.0", [])])
+def test_kernels_are_compiled_with_the_cxx_standard_tensorflow_was_built_with(
+        version, expected_std):
+    # TensorFlow up to 2.9 is C++14 (1.15: C++11, the same ABI): under C++17 absl::string_view becomes std::string_view and
+    # the kernel's registration refers to symbols the framework library does not export.
+    from npu_loss_scale._compat import kernel_build
+    base = ["-I/include", "-D_GLIBCXX_USE_CXX11_ABI=0"]
+    assert kernel_build.compile_flags(_FakeTF(version, base)) == base + expected_std
+    # a standard TensorFlow names itself is kept as it is
+    assert kernel_build.compile_flags(_FakeTF(version, base + ["-std=c++17"])) == \
+        base + ["-std=c++17"]
+    with pytest.raises(ValueError, match="'nightly'"):
+        kernel_build.compile_flags(_FakeTF("nightly", base))

@@ -1,4 +1,4 @@
-"""npu_loss_scale.keras.NpuLossScaleOptimizer on Keras 2 (TF 2.15) and Keras 3 (TF 2.21)."""
+"""npu_loss_scale.keras.NpuLossScaleOptimizer on Keras 2 (TF 2.6, 2.15) and Keras 3 (TF 2.21)."""
 import os
 import subprocess
 import sys
@@ -10,7 +10,8 @@ import tensorflow as tf
 from npu_loss_scale import agreement, emulation, saturation
 from npu_loss_scale.keras import NpuLossScaleOptimizer
 
-KERAS3 = hasattr(tf.keras.optimizers, "LossScaleOptimizer")
+from keras_versions import (KERAS3, LEGACY_CLASS_NAME, LEGACY_OPTIMIZERS, NO_JIT,
+                            NO_LEGACY_REASON, OPTIMIZER_V2_ONLY, legacy_optimizers)
 
 
 @pytest.fixture
@@ -62,16 +63,16 @@ def test_custom_loop_applies_once_skips_saturated_overflow_and_sets_last_step_fi
     assert var.numpy().tolist() == [-0.5, 0.5]
 
 
-@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+@pytest.mark.skipif(KERAS3, reason=NO_LEGACY_REASON)
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
 def test_a_legacy_inner_optimizer_gets_the_legacy_class_with_the_same_steps(traced):
     """TF 2.4-era optimizers (OptimizerV2: ``tf.keras.optimizers.legacy``, TensorFlow Addons'
-    LAMB) are what the adapter's NpuLossScaleOptimizer wrapped then; they get Keras's
-    LossScaleOptimizer for OptimizerV2 with the package's detection."""
+    LAMB; ``tf.keras.optimizers`` on TF 2.6) are what the adapter's NpuLossScaleOptimizer
+    wraps; they get Keras's LossScaleOptimizer for OptimizerV2 with the package's detection."""
     var = tf.Variable([1.0, 2.0])
-    opt = NpuLossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.5), initial_scale=8.0,
+    opt = NpuLossScaleOptimizer(legacy_optimizers().SGD(0.5), initial_scale=8.0,
                                 dynamic_growth_steps=2)
-    assert type(opt).__name__ == "NpuLegacyLossScaleOptimizer"
+    assert type(opt).__name__ == LEGACY_CLASS_NAME
     assert isinstance(opt, NpuLossScaleOptimizer)
     assert isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)
     emulation.npu_clear_float_status_v2()
@@ -90,14 +91,15 @@ def test_a_legacy_inner_optimizer_gets_the_legacy_class_with_the_same_steps(trac
     run(tf.constant(1.0))
     assert float(opt.loss_scale) == 8.0
     assert var.numpy().tolist() == [-0.5, 0.5]
-    assert int(opt.iterations.numpy()) == 4    # Keras counts the skipped step too
+    # Keras 2 counts the skipped step too, as Ascend's TF2 adapter does on TF 2.6
+    assert int(opt.iterations.numpy()) == 4
     assert float(opt._optimizer._decayed_lr("float32")) == 0.5  # pylint: disable=protected-access
 
 
-@pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+@pytest.mark.skipif(KERAS3, reason=NO_LEGACY_REASON)
 def test_a_legacy_inner_optimizer_with_a_fixed_scale_and_its_config():
     var = tf.Variable([1.0])
-    opt = NpuLossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.1), dynamic=False,
+    opt = NpuLossScaleOptimizer(legacy_optimizers().SGD(0.1), dynamic=False,
                                 initial_scale=64.0)
     assert opt.dynamic is False and opt.dynamic_growth_steps is None
     _custom_step(opt, var, lambda: tf.reduce_sum(var) * np.inf)
@@ -108,7 +110,7 @@ def test_a_legacy_inner_optimizer_with_a_fixed_scale_and_its_config():
     assert type(again) is type(opt)
     assert (again.dynamic, again.initial_scale, again.dynamic_growth_steps) == (False, 64.0, None)
     with pytest.raises(ValueError, match="initial_scale must be given"):
-        NpuLossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.1), dynamic=False)
+        NpuLossScaleOptimizer(legacy_optimizers().SGD(0.1), dynamic=False)
 
 
 def test_scale_halves_on_overflow_but_never_below_one():
@@ -156,7 +158,7 @@ def test_model_fit_mixed_float16_skips_saturated_step_and_checkpoint_round_trips
     model = _model()
     opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.001), initial_scale=8.0,
                                 dynamic_growth_steps=3)
-    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    model.compile(optimizer=opt, loss="mse", **NO_JIT)
     x, y = np.ones((8, 4), np.float32), np.zeros((8, 1), np.float32)
     emulation.npu_clear_float_status_v2()
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
@@ -171,7 +173,7 @@ def test_model_fit_mixed_float16_skips_saturated_step_and_checkpoint_round_trips
     other_model = _model()
     other = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.001), initial_scale=8.0,
                                   dynamic_growth_steps=3)
-    other_model.compile(optimizer=other, loss="mse", jit_compile=False)
+    other_model.compile(optimizer=other, loss="mse", **NO_JIT)
     other_model.fit(x, y, batch_size=8, epochs=1, verbose=0)          # builds the slots
     tf.train.Checkpoint(optimizer=other, model=other_model).restore(path)
     assert float(other.loss_scale) == 4.0 and not bool(other.last_step_finite.numpy())
@@ -222,7 +224,7 @@ def test_model_fit_under_a_mirrored_strategy_skips_the_saturated_step(mixed_floa
     with strategy.scope():
         model = _model()
         opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.001), initial_scale=8.0)
-        model.compile(optimizer=opt, loss="mse", jit_compile=False)
+        model.compile(optimizer=opt, loss="mse", **NO_JIT)
     x, y = np.ones((8, 4), np.float32), np.zeros((8, 1), np.float32)
     emulation.npu_clear_float_status_v2()
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
@@ -269,7 +271,7 @@ with strategy.scope():
                                  saturation.Saturate(),
                                  tf.keras.layers.Dense(1, dtype="float32")])
     opt = NpuLossScaleOptimizer(INNER(0.001), initial_scale=8.0)
-    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    model.compile(optimizer=opt, loss="mse"COMPILE)
 x, y = np.ones((8, 4), np.float32), np.zeros((8, 1), np.float32)
 emulation.npu_clear_float_status_v2()
 model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
@@ -283,17 +285,18 @@ for name, half in [("second", np.concatenate([x[:4], x[4:] * 1e5])),
 '''
 
 
-@pytest.mark.parametrize("inner", [
-    "tf.keras.optimizers.SGD",
-    pytest.param("tf.keras.optimizers.legacy.SGD", marks=pytest.mark.skipif(
-        KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers"))])
+@pytest.mark.parametrize("inner", ["tf.keras.optimizers.SGD"] + ([] if OPTIMIZER_V2_ONLY else [
+    pytest.param(LEGACY_OPTIMIZERS + ".SGD", marks=pytest.mark.skipif(
+        KERAS3, reason=NO_LEGACY_REASON))]))
 def test_an_overflow_on_the_second_replica_only_skips_the_step(inner):
     # Two logical CPUs must be configured before TensorFlow initialises its devices: a fresh
     # process. Each replica has its own register; only the second one's half saturates first.
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
-    out = subprocess.run([sys.executable, "-c", _TWO_REPLICAS.replace("INNER", inner)],
+    script = _TWO_REPLICAS.replace("INNER", inner).replace(
+        "COMPILE", "".join(", %s=%r" % item for item in NO_JIT.items()))
+    out = subprocess.run([sys.executable, "-c", script],
                          capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     results = [line.split()[1:] for line in out.stdout.splitlines()
@@ -301,3 +304,36 @@ def test_an_overflow_on_the_second_replica_only_skips_the_step(inner):
     assert results == [["clean", "True", "8.0"],
                        ["second", "False", "4.0", "True"],
                        ["first", "False", "2.0", "True"]]
+
+
+def test_the_loss_scale_optimizer_has_the_adapters_shape_and_counts_skipped_steps(npu_shim):  # pylint: disable=unused-argument
+    """npu_device's NpuLossScaleOptimizer as Ascend's TF2 adapter has it on TF 2.6: positional
+    (inner, dynamic, initial_scale, dynamic_growth_steps), Keras's LossScaleOptimizer underneath,
+    last_step_finite, and a skipped step that still advances ``iterations`` (Keras 2; the TF1
+    adapter's skipped step leaves global_step alone: test_optimizer.py). Keras 3 counts only
+    applied steps."""
+    import npu_device as npu  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    npu.open().as_default()
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.5), True, 8.0, 2)
+    assert isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)
+    assert (opt.dynamic, opt.initial_scale, opt.dynamic_growth_steps) == (True, 8.0, 2)
+    weight = tf.Variable([1.0])
+
+    @tf.function
+    def step(grad):
+        if KERAS3:
+            opt.apply_gradients([(grad * opt.loss_scale, weight)])
+        else:
+            opt.apply_gradients([(grad, weight)])
+
+    seen = []
+    for grad in ([1.0], [np.inf], [1.0], [1.0]):
+        step(tf.constant(grad))
+        seen.append((weight.numpy().tolist(), bool(opt.last_step_finite.numpy()),
+                     float(opt.loss_scale), int(opt.iterations.numpy())))
+    # by hand: w - 0.5 * 1 per applied step; the scale halves on the skipped step, doubles
+    # after 2 finite steps in a row
+    counted = [1, 2, 3, 4] if not KERAS3 else [1, 1, 2, 3]
+    assert seen == [([0.5], True, 8.0, counted[0]), ([0.5], False, 4.0, counted[1]),
+                    ([0.0], True, 4.0, counted[2]), ([-0.5], True, 8.0, counted[3])]

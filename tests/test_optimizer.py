@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from tf_versions import BASE_OPTIMIZER, control_flow, tf_mixed_precision
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -105,7 +106,7 @@ def test_overflow_with_tfs_own_optimizer_and_fixed_scale_corrupts_but_ours_skips
         o, nls.FixedLossScaleManager(2 ** 12)), feeds)
     theirs, theirs_steps, _ = _train(
         OPTIMIZERS["sgd"],
-        lambda o: tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(o, 2 ** 12), feeds)
+        lambda o: tf_mixed_precision.MixedPrecisionLossScaleOptimizer(o, 2 ** 12), feeds)
     assert ours_steps == [0] and np.all(np.isfinite(ours[0][0]))
     assert theirs_steps == [1] and not np.all(np.isfinite(theirs[0][0]))
 
@@ -229,7 +230,7 @@ def test_name_and_attribute_fall_through(graph):
     with pytest.raises(AttributeError, match="private attributes are not forwarded"):
         opt._lr  # pylint: disable=protected-access,pointless-statement
     assert opt.inner_optimizer is inner
-    assert isinstance(opt, tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer)
+    assert isinstance(opt, BASE_OPTIMIZER)
     with pytest.raises(AttributeError):
         opt.no_such_attribute  # pylint: disable=pointless-statement
     v = tf.compat.v1.get_variable("v", initializer=1.0)
@@ -255,12 +256,17 @@ def test_optimizer_state_save_and_restore(tmp_path):
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            for p in (1e35, 1.0, 1e35, 1e35, 1.0):
+            # inf, not a large finite poison: a finite 1e35 step is applied, and what Adam then
+            # makes of such gradients differs between TensorFlow releases (NaN weights on 2.6)
+            for p in (np.inf, 1.0, np.inf, np.inf, 1.0):
                 sess.run(train, {x: batch, poison: p})
             saved = sess.run([gs] + mgr.variables)
             assert sess.run(opt.skipped_steps) == 3    # a counter outside the checkpoint
             saver.save(sess, path)
-    assert saved[:1] == [2]
+    # by hand, with Ascend's counters (a finite step does not reset the overflow count): 2 steps
+    # applied; the 3rd overflow (step 4) multiplies the scale by 0.8 and restarts the count;
+    # step 5 is the one good step since
+    assert saved == [2, np.float32(1024.0) * np.float32(0.8), 1, 0]
     with tf.Graph().as_default():
         x, poison, opt, mgr, gs, train = build()
         saver = tf.compat.v1.train.Saver()
@@ -355,13 +361,11 @@ def test_backend_choice_argument_then_environment_then_automatic(monkeypatch):
 def test_an_evaluation_overflow_sticks_until_the_evaluation_clears_it(v1_control_flow):
     """The register is sticky, as on the device: an eval run that saturates sets it, and the
     next train step skips, unless the evaluation fetches clear_overflow_status with it."""
-    if v1_control_flow:
-        tf.compat.v1.disable_control_flow_v2()
-    try:
+    with control_flow(v2=not v1_control_flow):
         with tf.Graph().as_default():
             x = tf.compat.v1.placeholder(tf.float32, [None, 3])
             boost = tf.compat.v1.placeholder_with_default(1.0, [])
-            w = tf.compat.v1.get_variable("w", initializer=tf.ones([3, 1]))
+            w = tf.compat.v1.get_variable("w", initializer=tf.ones([3, 1]), use_resource=True)
             h = nls.saturate(tf.cast(tf.matmul(x, w) * boost, tf.float16))
             loss = tf.reduce_sum(tf.cast(h, tf.float32))
             opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01),
@@ -382,9 +386,6 @@ def test_an_evaluation_overflow_sticks_until_the_evaluation_clears_it(v1_control
                 assert sess.run(opt.skipped_steps) == 2
                 sess.run(train, feed)
                 assert sess.run(opt.skipped_steps) == 2
-    finally:
-        if v1_control_flow:
-            tf.compat.v1.enable_control_flow_v2()
 
 
 @pytest.mark.parametrize("backend", ["emulation", "inf_nan"])

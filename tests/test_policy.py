@@ -7,6 +7,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import npu_loss_scale as nls
+from tf_versions import tf2_only
 from npu_loss_scale.reference import ExponentialUpdateRule, growth_threshold
 
 
@@ -164,6 +165,7 @@ def test_manager_state_is_saved_and_restored_by_saver(tmp_path):
             assert sess.run("loss_scale:0") == saved[0]
 
 
+@tf2_only
 def test_manager_state_round_trips_through_tf_train_checkpoint_in_eager(tmp_path):
     mgr = nls.ExponentialUpdateLossScaleManager(64, incr_every_n_steps=1)
     mgr.update_loss_scale(True)

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from tf_versions import control_flow, tf2_only
 from npu_loss_scale import emulation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,7 +52,7 @@ def test_an_overflow_of_an_earlier_micro_batch_makes_the_accumulated_step_skip(g
 
 # -- 2. overflow inside control-flow bodies -------------------------------------------------------
 def _cond_model(kind):
-    w = tf.compat.v1.get_variable("w", initializer=1.0)
+    w = tf.compat.v1.get_variable("w", initializer=1.0, use_resource=True)
     boost = tf.compat.v1.placeholder_with_default(1.0, [])
     pred = tf.compat.v1.placeholder_with_default(True, [])
     if kind == "cond":
@@ -66,9 +67,7 @@ def _cond_model(kind):
 @pytest.mark.parametrize("v1", [False, True], ids=["v2_control_flow", "v1_control_flow"])
 @pytest.mark.parametrize("kind", ["cond", "while"])
 def test_an_overflow_inside_a_cond_or_while_body_makes_every_such_step_skip(kind, v1):
-    if v1:
-        tf.compat.v1.disable_control_flow_v2()
-    try:
+    with control_flow(v2=not v1):
         with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
             w, boost, pred, loss = _cond_model(kind)
             opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01),
@@ -88,9 +87,6 @@ def test_an_overflow_inside_a_cond_or_while_body_makes_every_such_step_skip(kind
                 before = sess.run(w)
                 sess.run(train, {pred: False})
                 assert sess.run(w) == np.float32(before - np.float32(0.01) * 2.0)
-    finally:
-        if v1:
-            tf.compat.v1.enable_control_flow_v2()
 
 
 # -- 3. tf.function, eager, apply_gradients inside tf.cond ------------------------------------------
@@ -98,6 +94,7 @@ def test_an_overflow_inside_a_cond_or_while_body_makes_every_such_step_skip(kind
     lambda: nls.ExponentialUpdateLossScaleManager(1024, 100, decr_every_n_nan_or_inf=1,
                                                   decr_ratio=0.5),
     lambda: nls.FixedLossScaleManager(1024)], ids=["exponential", "fixed"])
+@tf2_only
 def test_tf_function_creates_state_once_and_skips_overflowed_steps(make_manager):
     w = tf.Variable(1.0)
     mgr = make_manager()
@@ -118,6 +115,7 @@ def test_tf_function_creates_state_once_and_skips_overflowed_steps(make_manager)
     assert int(opt.skipped_steps.numpy()) == 1
 
 
+@tf2_only
 def test_eager_minimize_skips_overflowed_steps():
     w = tf.Variable(1.0)
     opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
@@ -269,6 +267,7 @@ def test_register_is_sticky_across_runs_until_read(graph, session):
         assert session.run(status)[0] == 1
 
 
+@tf2_only
 def test_a_function_run_by_a_strategy_replica_thread_records_into_the_eager_register():
     # MirroredStrategy runs the replica function in a thread of its own, whose global default
     # graph differs from the tracing thread's: the register must still be the eager one, or

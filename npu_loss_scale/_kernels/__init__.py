@@ -11,8 +11,9 @@ the kernel multiplies once). The product is bitwise what TensorFlow's ``Mul`` gi
 unscaling multiply plus the per-tensor sum of the ``inf_nan`` and ``emulation`` backends:
 one pass over the gradients instead of two.
 
-Building needs a C++17 compiler (``$CXX``, else ``g++``, else ``c++``) and takes about
-20 seconds, once per TensorFlow version and machine: the library is cached under
+Building needs a C++ compiler (``$CXX``, else ``g++``, else ``c++``; C++17, or C++14 for the
+TensorFlow releases before 2.10, see :mod:`npu_loss_scale._compat.kernel_build`) and takes
+about 20 seconds, once per TensorFlow version and machine: the library is cached under
 ``$NPU_LOSS_SCALE_CACHE`` (default ``~/.cache/npu_loss_scale``), keyed by the source, the
 TensorFlow version and its compile flags. ``NPU_LOSS_SCALE_FUSED_UNSCALE`` chooses:
 
@@ -35,6 +36,8 @@ import subprocess
 import sys
 import threading
 import warnings
+
+from .._compat import kernel_build
 
 ENV_MODE = "NPU_LOSS_SCALE_FUSED_UNSCALE"
 ENV_CACHE = "NPU_LOSS_SCALE_CACHE"
@@ -79,8 +82,8 @@ def _build(tf):
     cxx = _compiler()
     if cxx is None:
         raise OSError("no C++ compiler found ($CXX, g++, c++)")
-    cflags = list(tf.sysconfig.get_compile_flags())
-    lflags = list(tf.sysconfig.get_link_flags())
+    cflags = kernel_build.compile_flags(tf)
+    lflags = kernel_build.link_flags(tf)
     with open(_SOURCE, "rb") as handle:
         source = handle.read()
     key = hashlib.sha256(b"\0".join(

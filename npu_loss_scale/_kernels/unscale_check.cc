@@ -10,6 +10,23 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/public/version.h"
+// ThreadPool's header moved from lib/core (TensorFlow 1.x) to platform (2.x).
+#if TF_MAJOR_VERSION < 2
+#include "tensorflow/core/lib/core/threadpool.h"
+#else
+#include "tensorflow/core/platform/threadpool.h"
+#endif
+
+// TensorFlow's Status became absl::Status in 2.13; 1.15 and 2.6 (the releases of Ascend's TF1
+// and TF2 adapters) have its own class.
+#if TF_MAJOR_VERSION < 2 || (TF_MAJOR_VERSION == 2 && TF_MINOR_VERSION < 13)
+#define NLS_OK() ::tensorflow::Status::OK()
+#define NLS_INVALID_ARGUMENT(message) ::tensorflow::errors::InvalidArgument(message)
+#else
+#define NLS_OK() ::absl::OkStatus()
+#define NLS_INVALID_ARGUMENT(message) ::absl::InvalidArgumentError(message)
+#endif
 
 namespace nls {
 
@@ -29,7 +46,7 @@ REGISTER_OP("NlsUnscaleAndCheck")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
       c->set_output(0, c->input(0));
       c->set_output(1, c->Scalar());
-      return absl::OkStatus();
+      return NLS_OK();
     });
 
 // Exponent field of each type, and the bit pattern that marks an inf or a NaN.
@@ -47,7 +64,7 @@ template <> struct Bits<Eigen::half> {
   using U = uint16_t;
   static constexpr U kExp = 0x7c00u, kStep = 0x0400u, kTop = 0x8000u;
 };
-template <> struct Bits<Eigen::bfloat16> {
+template <> struct Bits<tensorflow::bfloat16> {
   using U = uint16_t;
   static constexpr U kExp = 0x7f80u, kStep = 0x0080u, kTop = 0x8000u;
 };
@@ -78,7 +95,7 @@ class UnscaleAndCheckOp : public OpKernel {
     const Tensor& in = ctx->input(0);
     const Tensor& ft = ctx->input(1);
     OP_REQUIRES(ctx, ft.NumElements() == 2,
-                absl::InvalidArgumentError(
+                NLS_INVALID_ARGUMENT(
                     "factors must hold two float32 values (first, second) whose product is "
                     "1 / loss scale; got " + ft.shape().DebugString()));
     const float first = ft.flat<float>()(0), second = ft.flat<float>()(1);
@@ -131,7 +148,7 @@ class UnscaleAndCheckOp : public OpKernel {
 NLS_REGISTER(float);
 NLS_REGISTER(double);
 NLS_REGISTER(Eigen::half);
-NLS_REGISTER(Eigen::bfloat16);
+NLS_REGISTER(tensorflow::bfloat16);
 #undef NLS_REGISTER
 
 }  // namespace nls

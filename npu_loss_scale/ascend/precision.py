@@ -57,6 +57,7 @@ import weakref
 import tensorflow as tf
 
 from .. import emulation
+from .._compat import tape
 
 PRECISION_MODES = ("allow_fp32_to_fp16", "force_fp16", "force_fp32", "allow_mix_precision",
                    "must_keep_origin_dtype", "cube_fp16in_fp32out", "allow_mix_precision_fp16",
@@ -290,8 +291,7 @@ def _built_op(op, outputs, rule):
 
 def _run_op(run, op_name, num_outputs, inputs, attrs, ctx, name, rule):
     """A cube op run eagerly: float32 operands and results rounded as the device does."""
-    from tensorflow.python.eager import record  # pylint: disable=import-outside-toplevel
-    with _Guard(), record.stop_recording():
+    with _Guard(), tape.stop_recording():
         inputs = [_round(t, rule.operand, saturate=True) if t.dtype == tf.float32 else t
                   for t in inputs]
         outputs = run(op_name, num_outputs, inputs, attrs, ctx, name)

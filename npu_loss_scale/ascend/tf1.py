@@ -50,6 +50,10 @@ What is not done yet: most of ``learn``, ``quantize``, ``opt`` contrib pieces, `
 import builtins
 import os
 import sys
+# imported here, before the import hooks exist: imported from inside a hook while the standard
+# library's own sysconfig is being imported (Python 3.7 and 3.9 import it late), it is
+# half-initialised
+import sysconfig
 
 _state = {}
 
@@ -93,7 +97,6 @@ def _has_install_metadata(folder):
 
 def _installed_roots():
     if "installed" not in _state:
-        import sysconfig  # pylint: disable=import-outside-toplevel
         libs = set()
         for key in ("stdlib", "platstdlib", "purelib", "platlib"):
             try:

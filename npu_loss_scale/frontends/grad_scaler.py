@@ -62,6 +62,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import _checks
+from .._compat.ops import where
 from .._unscale import Reciprocal
 from ._overflow import OverflowCheck
 
@@ -602,10 +603,9 @@ class GradScaler(tf.Module):
         grown = scale * tf.convert_to_tensor(self._growth_factor)
         backed_off = tf.maximum(scale * tf.convert_to_tensor(self._backoff_factor),
                                 tf.constant(MIN_SCALE, tf.float32))
-        new_scale = tf.where(overflow, backed_off,
-                             tf.where(tf.logical_and(grow, tf.math.is_finite(grown)), grown,
-                                      scale))
-        new_tracker = tf.where(tf.logical_or(overflow, grow), tf.zeros_like(tracker), successful)
+        new_scale = where(overflow, backed_off,
+                          where(tf.logical_and(grow, tf.math.is_finite(grown)), grown, scale))
+        new_tracker = where(tf.logical_or(overflow, grow), tf.zeros_like(tracker), successful)
         stuck = tf.cond(tf.logical_and(overflow, scale <= MIN_SCALE),
                         lambda: _warn_stuck_at_min_scale(scale), lambda: tf.constant(False))
         return tf.group(self._scale.assign(new_scale, read_value=False),

@@ -32,8 +32,11 @@ carried = set_mixed_precision_policy(sys.argv[1], loss_scale="dynamic")
 
 model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(8, activation="relu"),
                              tf.keras.layers.Dense(1, dtype="float32")])
+# no XLA (the emulated register is not XLA-compilable): Keras 3 must be told, TF 2.6's Keras
+# compile has no jit_compile argument
+no_xla = {"jit_compile": False} if hasattr(tf.keras.optimizers, "LossScaleOptimizer") else {}
 model.compile(optimizer=npu.train.optimizer.NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.01)),
-              loss="mse", jit_compile=False)
+              loss="mse", **no_xla)
 rng = np.random.default_rng(0)
 x, y = rng.standard_normal((4, 4)).astype(np.float32), np.ones((4, 1), np.float32)
 for _ in range(2):

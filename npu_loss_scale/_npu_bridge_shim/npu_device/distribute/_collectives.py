@@ -22,6 +22,7 @@ import threading
 import tensorflow as tf
 
 from npu_bridge._shim import NotEmulatedError
+from npu_loss_scale._compat import collectives
 
 _MERGE = {"sum": "Add", "mean": "Add", "max": "Max", "min": "Min", "prod": "Mul"}
 REDUCTIONS = ("mean", "sum", "max", "min", "prod")
@@ -167,14 +168,13 @@ def _prepare(what, tensors):
 def all_reduce(tensors, reduction, workers_num, name=None):
     """``tensors`` (a list) reduced over the ranks; ``mean`` divides the sum by ``workers_num``
     (floats keep their dtype, integers give the float quotient, as on the device)."""
-    from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
     (group_key, next_key, size, device, timeout), originals, carried = _prepare(
         "npu_device.distribute.all_reduce", tensors)
 
     def run_one(flat):
         with tf.device(device):
             key = next_key(("reduce", flat.dtype.name, _static(flat), reduction))
-            return collective_ops.all_reduce_v2(
+            return collectives.all_reduce_v2(
                 flat, group_size=size, group_key=group_key, instance_key=key,
                 merge_op=_MERGE[reduction], final_op="Id", timeout=timeout, name=name)
 

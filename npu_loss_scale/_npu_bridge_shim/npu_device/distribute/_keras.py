@@ -17,11 +17,9 @@ gradient all-reduce inside its apply branch runs on every rank or on none.
 """
 import tensorflow as tf
 
+from npu_loss_scale._compat.keras import is_keras3
+
 MARK = "_npu_device_all_reduced_gradients"
-
-
-def _keras3():
-    return hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 
 
 def keras_optimizer(optimizer, what="npu_distributed_keras_optimizer_wrapper"):
@@ -34,7 +32,7 @@ def keras_optimizer(optimizer, what="npu_distributed_keras_optimizer_wrapper"):
                         "tf.keras.optimizers.get accepts (for example tf.keras.optimizers.Adam() "
                         "or 'adam'); got %r (type %s)"
                         % (what, optimizer, type(optimizer).__name__)) from err
-    if _keras3():
+    if is_keras3():
         ok = callable(getattr(resolved, "apply", None))
     else:
         ok = callable(getattr(resolved, "apply_gradients", None))
@@ -48,7 +46,7 @@ def all_reduce_gradients(optimizer, reduction, all_reduce):
     """``optimizer`` with its gradients passed through ``all_reduce(grads, reduction)`` first."""
     if getattr(optimizer, MARK, None) is not None:
         return optimizer  # already wrapped: reducing twice would only repeat the collectives
-    if _keras3():
+    if is_keras3():
         original = optimizer.apply
 
         def apply(grads, trainable_variables=None):

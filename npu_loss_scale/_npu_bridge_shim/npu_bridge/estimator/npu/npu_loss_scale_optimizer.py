@@ -17,6 +17,7 @@ import json
 import os
 
 from npu_loss_scale import optimizer as _optimizer
+from npu_loss_scale._compat import py_func
 from npu_loss_scale.policy import (ExponentialUpdateLossScaleManager, FixedLossScaleManager,  # noqa: F401
                                    LossScaleManager)
 
@@ -81,7 +82,7 @@ class NPULossScaleOptimizer(_optimizer.NPULossScaleOptimizer):
             _count_step(finite.numpy())
             return train_op
         with tf.control_dependencies([train_op]):
-            counted = tf.numpy_function(_count_step, [finite], tf.bool, stateful=True)
+            counted = py_func.numpy_function(_count_step, [finite], tf.bool, stateful=True)
         return tf.group(train_op, counted, name=getattr(train_op, "name", "train").split(":")[0]
                         .rsplit("/", 1)[-1] + "_counted")
 

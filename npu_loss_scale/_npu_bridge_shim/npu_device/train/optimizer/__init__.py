@@ -54,14 +54,15 @@ def _add_report_counting(cls):
     """Makes ``cls`` count its optimizers and steps in the emulate report."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from npu_bridge.estimator.npu import npu_loss_scale_optimizer as report  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale._compat import py_func  # pylint: disable=import-outside-toplevel
 
     def count(optimizer):
         finite = optimizer.last_step_finite
         if tf.executing_eagerly():
             report._count_step(bool(finite.numpy()))  # pylint: disable=protected-access
         else:  # read after the step's decision (automatic control dependencies keep the order)
-            tf.numpy_function(report._count_step, [tf.convert_to_tensor(finite)], tf.bool,  # pylint: disable=protected-access
-                              stateful=True)
+            py_func.numpy_function(report._count_step, [tf.convert_to_tensor(finite)],  # pylint: disable=protected-access
+                                   tf.bool, stateful=True)
 
     init = cls.__init__
 

@@ -1,0 +1,48 @@
+"""Which Keras ``tf.keras`` is, and where its loss-scale optimizer classes live.
+
+Three generations are met:
+
+* Keras 2.6 (TensorFlow 2.6.5, the release of Ascend's TF2 adapter ``npu_device``): one
+  optimizer family, ``OptimizerV2`` (``tf.keras.optimizers.*``), and one
+  ``LossScaleOptimizer`` for it.
+* Keras 2.11 to 2.15: ``tf.keras.optimizers.*`` are the new optimizers, wrapped by
+  ``LossScaleOptimizerV3``; the ``OptimizerV2`` family lives on as
+  ``tf.keras.optimizers.legacy`` with the ``LossScaleOptimizer`` of before.
+* Keras 3 (TensorFlow 2.16 and later): ``keras.optimizers.LossScaleOptimizer``, no
+  ``OptimizerV2``.
+
+In both Keras 2 generations a skipped step still advances the inner optimizer's
+``iterations``; Keras 3 counts only applied steps.
+"""
+import collections
+import sys
+
+import tensorflow as tf
+
+Keras2Classes = collections.namedtuple("Keras2Classes", [
+    "optimizer", "loss_scale_optimizer", "legacy_optimizer", "legacy_loss_scale_optimizer",
+    "dynamic_state"])
+Keras2Classes.__doc__ = """Keras 2's loss-scale classes.
+
+``optimizer``/``loss_scale_optimizer``: the new optimizer family and the loss-scale optimizer
+for it, both None on Keras 2.6 (which has only ``OptimizerV2``); ``legacy_optimizer``:
+``OptimizerV2``; ``legacy_loss_scale_optimizer``: the ``LossScaleOptimizer`` for it;
+``dynamic_state``: the dynamic loss-scale state both loss-scale optimizers keep."""
+
+
+def is_keras3():
+    """Whether ``tf.keras`` is Keras 3 (its optimizers have ``LossScaleOptimizer`` beside them)."""
+    return hasattr(tf.keras.optimizers, "LossScaleOptimizer")
+
+
+def keras2_classes():
+    """The :class:`Keras2Classes` of the Keras 2 that ``tf.keras`` is."""
+    module = sys.modules[tf.keras.mixed_precision.LossScaleOptimizer.__module__]
+    legacy_optimizer = module.optimizer_v2.OptimizerV2
+    v3 = getattr(module, "LossScaleOptimizerV3", None)
+    return Keras2Classes(
+        optimizer=None if v3 is None else tf.keras.optimizers.Optimizer,
+        loss_scale_optimizer=v3,
+        legacy_optimizer=legacy_optimizer,
+        legacy_loss_scale_optimizer=module.LossScaleOptimizer,
+        dynamic_state=module._DynamicLossScaleState)  # pylint: disable=protected-access

@@ -1,0 +1,30 @@
+"""What the tests expect of the Keras that ``tf.keras`` is, written once.
+
+Keras 2.6 (TF 2.6.5, Ascend's TF2 adapter's TensorFlow): ``tf.keras.optimizers`` are the
+``OptimizerV2`` family, so the package's ``NpuLossScaleOptimizer`` is itself the class around
+them, and ``Model.compile`` has no ``jit_compile``. Keras 2.11-2.15: the ``OptimizerV2`` family is
+``tf.keras.optimizers.legacy`` and gets ``NpuLegacyLossScaleOptimizer``. Keras 3: no
+``OptimizerV2`` at all.
+"""
+import inspect
+
+import tensorflow as tf
+
+from npu_loss_scale._compat import keras as compat_keras
+
+KERAS3 = compat_keras.is_keras3()
+OPTIMIZER_V2_ONLY = not KERAS3 and compat_keras.keras2_classes().optimizer is None
+NO_LEGACY_REASON = "Keras 3 has no legacy (OptimizerV2) optimizers"
+
+# where OptimizerV2 optimizers are, as source text (for scripts run in a subprocess) and as a module
+LEGACY_OPTIMIZERS = "tf.keras.optimizers" if OPTIMIZER_V2_ONLY else "tf.keras.optimizers.legacy"
+# the class NpuLossScaleOptimizer(an OptimizerV2 optimizer) gives
+LEGACY_CLASS_NAME = "NpuLossScaleOptimizer" if OPTIMIZER_V2_ONLY else "NpuLegacyLossScaleOptimizer"
+# Model.compile's arguments that keep the emulated register's hash table out of XLA
+NO_JIT = ({"jit_compile": False}
+          if "jit_compile" in inspect.signature(tf.keras.Model.compile).parameters else {})
+
+
+def legacy_optimizers():
+    """The module of Keras's ``OptimizerV2`` optimizers (Keras 2 only)."""
+    return tf.keras.optimizers if OPTIMIZER_V2_ONLY else tf.keras.optimizers.legacy

@@ -1,0 +1,63 @@
+"""What the tests need to know about the TensorFlow they run on (1.15 or 2.x), in one place.
+
+* ``TF1``: TensorFlow 1.15, where the package's optimizer subclasses
+  ``tf.contrib.mixed_precision.LossScaleOptimizer``.
+* ``tf_mixed_precision``: TensorFlow's own v1 loss-scale optimizer and loss scales
+  (``tf.compat.v1.mixed_precision`` in 2.x, ``tf.compat.v1.train.experimental`` in 1.15).
+* ``BASE_OPTIMIZER``: the class the package's optimizer subclasses on this TensorFlow.
+* ``evaluate(build)``: the NumPy values of the tensors ``build()`` returns, eagerly on 2.x and
+  in a fresh graph run by a Session on 1.15, variables initialised (a test written once for both).
+* ``control_flow(v2)``: builds under v1 or v2 control flow and restores what was set before
+  (2.x defaults to v2, 1.15 to v1). On 1.15, v2 control flow skips the test: it is an opt-in
+  preview there (TF1 scripts build v1 ``cond``/``while_loop``), and the package does not support
+  it on 1.15 (a v2 ``while_loop`` body cannot reach the emulated register built outside it).
+"""
+import contextlib
+
+import pytest
+import tensorflow as tf
+
+from npu_loss_scale._compat import loss_scale_optimizer as _lso
+
+TF1 = _lso.CONTRIB
+tf_mixed_precision = tf.compat.v1.train.experimental if TF1 else tf.compat.v1.mixed_precision
+BASE_OPTIMIZER = _lso.LossScaleOptimizerBase.__mro__[1] if TF1 else _lso.LossScaleOptimizerBase
+
+
+def evaluate(build):
+    """The NumPy values of the tensors (any nest) that ``build()`` returns: computed eagerly
+    where eager execution is on (TensorFlow 2), else built in a fresh graph and run by a Session
+    (TensorFlow 1.15's default) after initialising the variables it created."""
+    if tf.executing_eagerly():
+        return tf.nest.map_structure(lambda t: t.numpy(), build())
+    with tf.Graph().as_default():
+        out = build()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return sess.run(out)
+
+
+@contextlib.contextmanager
+def control_flow(v2):
+    """v2 (True) or v1 (False) control flow inside the block; the previous setting after it."""
+    if v2 and TF1:
+        pytest.skip("v2 control flow on TensorFlow 1.15 is not supported by the package (1.15's "
+                    "default and TF1 scripts' control flow is v1)")
+    before = tf.compat.v1.control_flow_v2_enabled()
+    (tf.compat.v1.enable_control_flow_v2 if v2 else tf.compat.v1.disable_control_flow_v2)()
+    try:
+        yield
+    finally:
+        (tf.compat.v1.enable_control_flow_v2 if before
+         else tf.compat.v1.disable_control_flow_v2)()
+
+
+# A test of eager execution, tf.function or TF 2 Keras: TF1 scripts build a graph and run it in
+# a Session, and TensorFlow 1.15 runs graphs by default (eager is a start-up switch there).
+tf2_only = pytest.mark.skipif(TF1, reason="TF 2 only: eager execution / tf.function (TF 1.15 "
+                                          "scripts build graphs and run them in a Session)")
+
+# TensorFlow 1.15 has only the first CollectiveReduce: no timeout, group and instance keys as
+# attributes rather than inputs (the package uses it there; this marks tests of V2's layout).
+collective_v2_only = pytest.mark.skipif(TF1, reason="CollectiveReduceV2's layout (timeout, keys "
+                                                    "as inputs): TF 1.15 has CollectiveReduce")
