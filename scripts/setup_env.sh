@@ -7,6 +7,9 @@
 #   bash scripts/setup_env.sh campaign   # TF 2.15 plus the third-party packages real Ascend
 #                                        # scripts import (for scripts/try_ascend_scripts.py;
 #                                        # no test needs it)
+#   bash scripts/setup_env.sh campaign115  # TF 1.15.5 on Python 3.7 plus the same scripts'
+#                                          # third-party packages at releases for Python 3.7
+#                                          # (the scripts as written, on TF 1.15 itself)
 #
 # Environments live in .venv/<stack> inside the checkout (override with NLS_VENV_ROOT).
 # A stamp file records what was installed, so a second run with nothing changed is quick.
@@ -22,8 +25,35 @@ requirements_for() {
     tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
-    *) echo "unknown stack '$1' (accepted: tf215, tf221, campaign)" >&2; return 2 ;;
+    # TF 1.15.5 wants NumPy < 1.19, h5py 2.10 and protobuf 3; every other package is at its last
+    # release for Python 3.7 that builds against NumPy 1.18 (numba 0.56 for librosa 0.9).
+    campaign115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0 easydict==1.10 opencv-python-headless==4.6.0.66 pandas==1.3.5 scikit-image==0.19.3 PyWavelets==1.3.0 imageio==2.31.2 pycocotools==2.0.7 scipy==1.7.3 pillow==9.5.0 tqdm matplotlib==3.5.3 librosa==0.9.2 numba==0.56.4 soundfile sentencepiece==0.1.99 pyyaml==5.4.1" ;;
+    *) echo "unknown stack '$1' (accepted: tf215, tf221, campaign, campaign115)" >&2; return 2 ;;
   esac
+}
+
+# The interpreter a stack is built from: TensorFlow 1.15 has wheels up to Python 3.7 only.
+python_for() {
+  case "$1" in
+    campaign115) find_python37 "$1" ;;
+    *) echo "$python" ;;
+  esac
+}
+
+find_python37() {
+  local candidate
+  for candidate in "${PYTHON37:-}" "$(pyenv which python3.7 2>/dev/null || true)" \
+                   "$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.7.*/bin/python3.7 2>/dev/null | sort -V | tail -1)" \
+                   "$(command -v python3.7 || true)"; do
+    if [ -n "$candidate" ] && [ -x "$candidate" ] &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 7))' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  echo "[setup_env] $1: no Python 3.7 interpreter found (TensorFlow 1.15 has no wheels for a" \
+       "later Python). Set PYTHON37=/path/to/python3.7, or install one: 'pyenv install 3.7.16'," \
+       "or your distribution's python3.7 package." >&2
+  return 1
 }
 
 for stack in "${stacks[@]}"; do
@@ -35,8 +65,9 @@ for stack in "${stacks[@]}"; do
     echo "[setup_env] $stack: up to date ($venv)"
     continue
   fi
-  echo "[setup_env] $stack: creating $venv"
-  "$python" -m venv "$venv"
+  interpreter="$(python_for "$stack")" || exit 1
+  echo "[setup_env] $stack: creating $venv from $interpreter"
+  "$interpreter" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
   # shellcheck disable=SC2086
   "$venv/bin/python" -m pip install --quiet $reqs 2>&1 | grep -v "is ignored: it is neither" || true
