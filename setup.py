@@ -24,10 +24,11 @@ setup(
                                      "_npu_bridge_shim/*/*/*/*.py",
                                      # built on first use (npu_loss_scale/_kernels)
                                      "_kernels/*.cc"]},
-    python_requires=">=3.9",
+    python_requires=">=3.7",
     # TensorFlow itself is not pinned as a dependency: users bring tensorflow, tensorflow-cpu or
-    # Huawei's TensorFlow build. Supported: 2.15.x and 2.21.x.
-    install_requires=["numpy"],
+    # Huawei's TensorFlow build. Supported: 1.15.5 (Python 3.7), 2.6.5, 2.15.x and 2.21.x.
+    # typing.TypedDict is Python 3.8's: on 3.7 it comes from typing_extensions.
+    install_requires=["numpy", "typing_extensions; python_version < '3.8'"],
     # The pytest plugin (fixtures npu_device, npu_ranks; see npu_loss_scale/pytest_plugin.py):
     # installing the package is enough for pytest to load it.
     entry_points={"pytest11": ["npu_loss_scale = npu_loss_scale.pytest_plugin"]},

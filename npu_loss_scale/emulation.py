@@ -40,6 +40,9 @@ import threading
 
 import tensorflow as tf
 
+from ._compat.lookup import MutableHashTable
+from ._compat.ops import where
+
 
 STATUS_WORDS = 8
 _OVERFLOW_WORD = 0
@@ -206,7 +209,7 @@ def _register():
             table = state.registers.get(replica)
             if table is None:
                 with _graphs.outer_scope(outer), tf.device("/device:CPU:0"):
-                    table = tf.lookup.experimental.MutableHashTable(
+                    table = MutableHashTable(
                         key_dtype=tf.int32, value_dtype=tf.int32, default_value=0,
                         checkpoint=False, name="npu_float_status_register")
                 state.registers[replica] = table
@@ -257,7 +260,7 @@ def record(overflowed, nan_seen=None):
         flags.append(tf.convert_to_tensor(nan_seen, tf.bool))
         words.append(_NAN_WORD)
     keys = [[slot * STATUS_WORDS + w for slot in range(READER_SLOTS)] for w in words]
-    keys = tf.where(tf.stack(flags)[:, None], tf.constant(keys, tf.int32),
+    keys = where(tf.stack(flags)[:, None], tf.constant(keys, tf.int32),
                     tf.constant(_SCRATCH, tf.int32))
     keys = tf.reshape(keys, [-1])
     return table.insert(keys, tf.ones_like(keys), name="record_float_status")
@@ -349,7 +352,7 @@ def _saturate_values(x):
     """
     big = tf.constant(x.dtype.max, x.dtype)
     nan = tf.math.is_nan(x)
-    y = tf.clip_by_value(tf.where(nan, tf.zeros_like(x), x), -big, big)
+    y = tf.clip_by_value(where(nan, tf.zeros_like(x), x), -big, big)
     return y, tf.reduce_any(tf.math.is_inf(x)), tf.reduce_any(nan)
 
 

@@ -51,6 +51,7 @@ import sys
 import tensorflow as tf
 
 from . import _checks
+from ._compat.ops import where
 from .frontends._overflow import OverflowCheck
 
 DEFAULT_INITIAL_SCALE = 2.0 ** 15
@@ -219,7 +220,7 @@ def _build_keras2():
             def on_finite():
                 def grow():
                     new = scale * self.multiplier
-                    return tf.group(scale.assign(tf.where(tf.math.is_finite(new), new, scale)),
+                    return tf.group(scale.assign(where(tf.math.is_finite(new), new, scale)),
                                     counter.assign(0))
                 return tf.cond(counter + 1 >= self.growth_steps, grow,
                                lambda: tf.group(counter.assign_add(1)))

@@ -81,6 +81,9 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from ._compat.lookup import MutableHashTable
+from ._compat.ops import where
+
 ENV_VAR = "NPU_LOSS_SCALE_LOCALISE"
 OFF, OVERFLOW, OBSERVE = "off", "overflow", "observe"
 _MODES = (OFF, OVERFLOW, OBSERVE)
@@ -264,7 +267,7 @@ def _table():
             table = tables.get(replica)
             if table is None:
                 with _graphs.outer_scope(outer), tf.device("/device:CPU:0"):
-                    table = tf.lookup.experimental.MutableHashTable(
+                    table = MutableHashTable(
                         key_dtype=tf.int64, value_dtype=tf.float64, default_value=0.0,
                         checkpoint=False, name="npu_overflow_sites")
                 tables[replica] = table
@@ -292,9 +295,9 @@ def _magnitude(source):
     wide = tf.float64 if source.dtype == tf.float64 else tf.float32
     a = tf.abs(tf.cast(source, wide))
     nan = tf.math.is_nan(a)
-    m = tf.reduce_max(tf.where(nan, tf.zeros_like(a), a))
+    m = tf.reduce_max(where(nan, tf.zeros_like(a), a))
     m = tf.maximum(m, tf.zeros_like(m))   # an empty tensor: 0, not -inf
-    m = tf.where(tf.logical_and(tf.reduce_any(nan), tf.math.is_finite(m)),
+    m = where(tf.logical_and(tf.reduce_any(nan), tf.math.is_finite(m)),
                  tf.constant(float("nan"), wide), m)
     return tf.cast(m, tf.float64)
 
@@ -329,7 +332,7 @@ def note_site(source, overflowed, nan_seen=None, op_name=None, direction=None, d
         if nan_seen is not None:
             flag = tf.logical_or(flag, tf.convert_to_tensor(nan_seen, tf.bool))
         magnitude = _magnitude(source)
-        over_key = tf.where(flag, tf.constant(2 * site + 1, tf.int64),
+        over_key = where(flag, tf.constant(2 * site + 1, tf.int64),
                             tf.constant(_SCRATCH, tf.int64))
         if mode == OBSERVE:
             keys = tf.stack([tf.constant(2 * site, tf.int64), over_key])

@@ -49,6 +49,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _checks, _state_io
+from ._compat.ops import where
 from .policy import LOSS_SCALE_TENSOR_NAME, LossScaleManager
 
 STUCK_MESSAGE = "npu_loss_scale: loss scale stuck at its minimum"
@@ -152,7 +153,7 @@ class MegatronGradScaler(LossScaleManager):
         class HalvingScaler(nls.MegatronGradScaler):
             def update(self, found_inf):
                 v = self.scale_variable
-                return v.assign(tf.where(found_inf, v * 0.5, v))
+                return v.assign(where(found_inf, v * 0.5, v))
             def state_dict(self):
                 return {}
             def load_state_dict(self, state_dict):
@@ -425,18 +426,18 @@ class DynamicGradScaler(MegatronGradScaler):
             # overflowed step
             hyst_spent = hyst - 1
             backed_off = tf.maximum(scale * f32(self._backoff_factor), min_scale)
-            scale_if_inf = tf.where(hyst_spent <= 0, backed_off, scale)
+            scale_if_inf = where(hyst_spent <= 0, backed_off, scale)
             # finite step
             growth_next = growth + 1
             grow = growth_next >= self._growth_interval
             grown = tf.minimum(scale * f32(self._growth_factor), ceiling)
             hyst_if_finite = i32(self._hysteresis) if self._consecutive else hyst
-            new_scale = tf.where(overflow, scale_if_inf, tf.where(grow, grown, scale))
-            new_growth = tf.where(overflow, i32(0), tf.where(grow, i32(0), growth_next))
-            new_hyst = tf.where(overflow, hyst_spent,
-                                tf.where(grow, i32(self._hysteresis), hyst_if_finite))
+            new_scale = where(overflow, scale_if_inf, where(grow, grown, scale))
+            new_growth = where(overflow, i32(0), where(grow, i32(0), growth_next))
+            new_hyst = where(overflow, hyst_spent,
+                                where(grow, i32(self._hysteresis), hyst_if_finite))
             stuck_now = tf.logical_and(overflow, scale <= min_scale)
-            new_at_min = tf.where(stuck_now, at_min + 1, i32(0))
+            new_at_min = where(stuck_now, at_min + 1, i32(0))
             assigns = [s["scale_var"].assign(new_scale), s["growth_var"].assign(new_growth),
                        s["hysteresis_var"].assign(new_hyst), s["at_min_var"].assign(new_at_min)]
             with tf.control_dependencies(assigns):

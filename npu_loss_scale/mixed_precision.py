@@ -49,6 +49,7 @@ import weakref
 import tensorflow as tf
 
 from . import _checks
+from ._compat.ops import where
 from .megatron_scalers import ConstantGradScaler
 from .optimizer import SUMMARY_SCOPE, NPULossScaleOptimizer
 from .policy import LossScaleManager
@@ -400,10 +401,10 @@ class MegatronMixedPrecisionOptimizer(NPULossScaleOptimizer):
         except RuntimeError:      # the manager turned the overflow check off
             finite = tf.constant(True)
         with tf.name_scope("grad_stats"):
-            stats = {"grad_norm": tf.where(finite, norm, tf.constant(float("nan"), tf.float32),
+            stats = {"grad_norm": where(finite, norm, tf.constant(float("nan"), tf.float32),
                                            name="grad_norm")}
             if zeros is not None:
-                stats["num_zeros_in_grad"] = tf.where(finite, zeros, tf.constant(-1, tf.int64),
+                stats["num_zeros_in_grad"] = where(finite, zeros, tf.constant(-1, tf.int64),
                                                       name="num_zeros_in_grad")
         if tf.executing_eagerly():
             self._eager_stats = stats

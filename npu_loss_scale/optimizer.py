@@ -5,9 +5,10 @@ import warnings
 import tensorflow as tf
 
 from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
+from ._compat.lookup import MutableHashTable
+from ._compat.loss_scale_optimizer import LossScaleOptimizerBase
 from .policy import LossScaleManager
 
-_Base = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
 
 FINITE_OP_NAME = "overflow_status_reduce_all"
 SUMMARY_SCOPE = "npu_loss_scale"
@@ -45,7 +46,7 @@ class _Counter:
 
     def __init__(self, name, checkpoint=False):
         with tf.device("/device:CPU:0"):
-            self._table = tf.lookup.experimental.MutableHashTable(
+            self._table = MutableHashTable(
                 key_dtype=tf.int64, value_dtype=tf.int64, default_value=0, checkpoint=checkpoint,
                 name=name + "_table")
         self.name = name
@@ -82,7 +83,7 @@ def unscale_gradient(grad, loss_scale_reciprocal):
     return unscale(grad)
 
 
-class NPULossScaleOptimizer(_Base):
+class NPULossScaleOptimizer(LossScaleOptimizerBase):
     """Wraps a ``tf.compat.v1.train`` optimizer with Ascend-style loss scaling.
 
     What one training step does (``minimize`` = ``compute_gradients`` + ``apply_gradients``):

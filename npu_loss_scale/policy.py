@@ -28,9 +28,10 @@ import abc
 import tensorflow as tf
 
 from . import _checks, _graphs, _state_io
+from ._compat.loss_scale_optimizer import MANAGER_BASES
+from ._compat.ops import where
 from .reference import growth_threshold
 
-_LossScale = tf.compat.v1.mixed_precision.LossScale
 
 # The float32 tensor a script can fetch by name: ``loss_scale:0`` (see ascend-facts §3).
 LOSS_SCALE_TENSOR_NAME = "loss_scale"
@@ -50,7 +51,7 @@ class _WholeVariable(tf.Variable.SaveSliceInfo):
         return ""
 
 
-class LossScaleManager(_LossScale, metaclass=abc.ABCMeta):
+class LossScaleManager(*MANAGER_BASES, metaclass=abc.ABCMeta):
     """Base class of loss-scale managers.
 
     Subclasses implement :meth:`get_loss_scale`, :meth:`update_loss_scale` and
@@ -311,11 +312,11 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         shrink = tf.logical_and(tf.logical_not(finite),
                                 bad_next >= self._decr_every_n_nan_or_inf)
         can_grow = scale < growth_threshold(self._incr_ratio)
-        grown = tf.where(can_grow, scale * self._incr_ratio, scale)
+        grown = where(can_grow, scale * self._incr_ratio, scale)
         shrunk = tf.maximum(tf.constant(1.0, tf.float32), scale * self._decr_ratio)
-        new_scale = tf.where(grow, grown, tf.where(shrink, shrunk, scale))
-        new_good = tf.where(finite, tf.where(grow, zero, good_next), zero)
-        new_bad = tf.where(finite, tf.where(grow, zero, bad), tf.where(shrink, zero, bad_next))
+        new_scale = where(grow, grown, where(shrink, shrunk, scale))
+        new_good = where(finite, where(grow, zero, good_next), zero)
+        new_bad = where(finite, where(grow, zero, bad), where(shrink, zero, bad_next))
         return new_scale, new_good, new_bad
 
     def next_loss_scale(self, finite_grads):

@@ -4,6 +4,9 @@
 #   bash scripts/setup_env.sh            # both stacks
 #   bash scripts/setup_env.sh tf215      # only TensorFlow 2.15 (+ tensorflow-estimator)
 #   bash scripts/setup_env.sh tf221      # only TensorFlow 2.21
+#   bash scripts/setup_env.sh tf115      # TensorFlow 1.15.5 on Python 3.7 (Ascend's TF1 adapter's
+#                                        # stack): needs a Python 3.7 interpreter, taken from
+#                                        # PYTHON37, else pyenv, else python3.7 on PATH
 #   bash scripts/setup_env.sh campaign   # TF 2.15 plus the third-party packages real Ascend
 #                                        # scripts import (for scripts/try_ascend_scripts.py;
 #                                        # no test needs it)
@@ -24,18 +27,21 @@ requirements_for() {
   case "$1" in
     tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
     tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
+    # TF 1.15.5 wants numpy < 1.19 and h5py <= 2.10; protobuf 4 breaks its generated code. The
+    # test tools are the last releases that still support Python 3.7.
+    tf115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 typing_extensions==4.7.1 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0" ;;
     campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
-    # TF 1.15.5 wants NumPy < 1.19, h5py 2.10 and protobuf 3; every other package is at its last
-    # release for Python 3.7 that builds against NumPy 1.18 (numba 0.56 for librosa 0.9).
-    campaign115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0 easydict==1.10 opencv-python-headless==4.6.0.66 pandas==1.3.5 scikit-image==0.19.3 PyWavelets==1.3.0 imageio==2.31.2 pycocotools==2.0.7 scipy==1.7.3 pillow==9.5.0 tqdm matplotlib==3.5.3 librosa==0.9.2 numba==0.56.4 soundfile sentencepiece==0.1.99 pyyaml==5.4.1" ;;
-    *) echo "unknown stack '$1' (accepted: tf215, tf221, campaign, campaign115)" >&2; return 2 ;;
+    # The same TF 1.15.5 pins as tf115; every other package at its last release for Python 3.7
+    # that builds against NumPy 1.18 (numba 0.56 for librosa 0.9).
+    campaign115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 typing_extensions==4.7.1 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0 easydict==1.10 opencv-python-headless==4.6.0.66 pandas==1.3.5 scikit-image==0.19.3 PyWavelets==1.3.0 imageio==2.31.2 pycocotools==2.0.7 scipy==1.7.3 pillow==9.5.0 tqdm matplotlib==3.5.3 librosa==0.9.2 numba==0.56.4 soundfile sentencepiece==0.1.99 pyyaml==5.4.1" ;;
+    *) echo "unknown stack '$1' (accepted: tf215, tf221, tf115, campaign, campaign115)" >&2; return 2 ;;
   esac
 }
 
-# The interpreter a stack is built from: TensorFlow 1.15 has wheels up to Python 3.7 only.
+# The interpreter a stack is built from. TF 1.15 has wheels for Python 3.7 at the newest.
 python_for() {
   case "$1" in
-    campaign115) find_python37 "$1" ;;
+    tf115|campaign115) find_python37 "$1" ;;
     *) echo "$python" ;;
   esac
 }

@@ -36,6 +36,8 @@ import numbers
 
 import tensorflow as tf
 
+from .._compat.ops import where
+
 MASK_ALIGN_BITS = 128    # DropOutGenMask pads its bits to a multiple of this
 V3_ALIGN = 16            # DropOutGenMaskV3: bytes padded to / fractal blocks of this
 FAST_GELU_ALPHA = 1.702
@@ -206,7 +208,7 @@ def drop_out_do_mask(x, mask, keep_prob, name=None):
         with tf.control_dependencies(checks):
             keep_bits = tf.reshape(_unpack_bits(mask, count), tf.shape(x))
         scale = tf.stop_gradient(tf.math.reciprocal(keep))
-        return tf.where(keep_bits, x * scale, tf.zeros_like(x))
+        return where(keep_bits, x * scale, tf.zeros_like(x))
 
 
 # -- V3: byte masks ------------------------------------------------------------------------------------

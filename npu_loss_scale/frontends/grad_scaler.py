@@ -54,6 +54,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import _checks
+from .._compat.ops import where
 from ._overflow import OverflowCheck
 
 
@@ -447,10 +448,10 @@ class GradScaler(tf.Module):
         grow = tf.logical_and(tf.logical_not(overflow),
                               tf.equal(successful, tf.convert_to_tensor(self._growth_interval)))
         grown = scale * tf.convert_to_tensor(self._growth_factor)
-        new_scale = tf.where(overflow, scale * tf.convert_to_tensor(self._backoff_factor),
-                             tf.where(tf.logical_and(grow, tf.math.is_finite(grown)), grown,
+        new_scale = where(overflow, scale * tf.convert_to_tensor(self._backoff_factor),
+                             where(tf.logical_and(grow, tf.math.is_finite(grown)), grown,
                                       scale))
-        new_tracker = tf.where(tf.logical_or(overflow, grow), tf.zeros_like(tracker), successful)
+        new_tracker = where(tf.logical_or(overflow, grow), tf.zeros_like(tracker), successful)
         return tf.group(self._scale.assign(new_scale, read_value=False),
                         self._growth_tracker.assign(new_tracker, read_value=False))
 

@@ -78,7 +78,9 @@ class _TensorOps:
 
     def __init__(self):
         import tensorflow as tf  # imported only when a graph schedule is built
+        from .._compat.ops import where  # pylint: disable=import-outside-toplevel
         self.tf = tf
+        self._where = where
 
     def num(self, x):
         tf = self.tf
@@ -87,7 +89,7 @@ class _TensorOps:
         return tf.constant(float(x), tf.float64)
 
     def where(self, cond, a, b):
-        return self.tf.where(cond, a, b)
+        return self._where(cond, a, b)
 
     def both(self, a, b):
         return self.tf.logical_and(a, b)
@@ -113,7 +115,7 @@ class _TensorOps:
         names = list(candidates)
         out = candidates[names[-1]]
         for name in reversed(names[:-1]):
-            out = self.tf.where(self.tf.equal(key, name), candidates[name], out)
+            out = self.where(self.tf.equal(key, name), candidates[name], out)
         return out
 
 

@@ -13,9 +13,9 @@ Example::
     both = combine_param_group_overrides([no_decay, slow])      # {'wd_mult': 0.0, 'max_lr': ...}
     param_group_override_to_tuple(both) == param_group_override_to_tuple(dict(reversed(both.items())))
 """
-from typing import TypedDict
 
 from .. import _checks
+from .._compat.typing import TypedDict
 
 #: Override keys the scheduler itself reads.
 SCHEDULER_KEYS = ("max_lr", "min_lr", "start_wd", "end_wd", "wd_mult")
