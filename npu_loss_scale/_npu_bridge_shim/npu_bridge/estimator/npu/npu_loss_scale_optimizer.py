@@ -81,7 +81,7 @@ class NPULossScaleOptimizer(_optimizer.NPULossScaleOptimizer):
             _count_step(finite.numpy())
             return train_op
         with tf.control_dependencies([train_op]):
-            counted = tf.numpy_function(_count_step, [finite], tf.bool, stateful=True)
+            counted = tf.compat.v1.py_func(_count_step, [finite], tf.bool, stateful=True)
         return tf.group(train_op, counted, name=getattr(train_op, "name", "train").split(":")[0]
                         .rsplit("/", 1)[-1] + "_counted")
 
