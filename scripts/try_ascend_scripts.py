@@ -285,14 +285,18 @@ def barrier_category(result):
 
 
 def tensorflow_version(python):
-    """The TensorFlow version ``python`` imports (asked once, in a child process)."""
-    proc = subprocess.run([python, "-c", "import tensorflow as tf; print(tf.__version__)"],
-                          capture_output=True, text=True, check=False,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    """The TensorFlow version ``python`` imports (asked once, in a child process), or a
+    ``ValueError`` saying why there is none."""
+    try:
+        proc = subprocess.run([python, "-c", "import tensorflow as tf; print(tf.__version__)"],
+                              capture_output=True, text=True, check=False,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    except OSError as err:
+        raise ValueError("--python must be a Python interpreter; got %r (%s)" % (python, err))
     lines = proc.stdout.split()
     if proc.returncode != 0 or not lines:
-        raise SystemExit("--python %s cannot import tensorflow:\n%s"
-                         % (python, proc.stderr.strip()[-2000:]))
+        raise ValueError("--python must be a Python interpreter that imports tensorflow; %r "
+                         "does not:\n%s" % (python, proc.stderr.strip()[-2000:]))
     return lines[-1]
 
 
@@ -399,6 +403,13 @@ def main(argv=None):
     if args.jobs < 1:
         parser.error("--jobs must be >= 1; got %d" % args.jobs)
     corpus = os.path.abspath(args.corpus)
+    if os.sep in args.python:  # scripts run from their own folders: a relative path would move
+        args.python = os.path.abspath(args.python)
+    try:
+        version = tensorflow_version(args.python)
+    except ValueError as err:
+        parser.error(str(err))
+    native_tf1 = version.startswith("1.")
     if args.list:
         known = {} if args.no_recipes else recipes.load_recipes(args.recipes)
         jobs = []
@@ -437,8 +448,6 @@ def main(argv=None):
             print("  " + " ".join([os.path.relpath(script, corpus)] + extra)
                   + ("  [recipe %s]" % os.path.basename(recipe.__file__) if recipe else ""))
         return 0
-    version = tensorflow_version(args.python)
-    native_tf1 = version.startswith("1.")
     print("TensorFlow %s (%s)%s" % (version, args.python,
                                     ": scripts run without --tf1" if native_tf1 else ""))
     work_root = args.keep or tempfile.mkdtemp(prefix="try_ascend_")
