@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import tensorflow as tf
 
 from npu_loss_scale import detection, emulation
@@ -380,3 +381,21 @@ def test_a_relative_python_runs_the_scripts_and_tf1_mode_only_on_tensorflow_2(tm
         (result,) = json.load(handle)
     assert (result["outcome"], result["tf1"]) == ("trained", not tf1)
     assert result["report"]["steps_applied"] == 1
+
+
+def test_recipe_jpeg_helper_works_in_graph_mode_as_on_tensorflow_1():
+    """TensorFlow 1.x runs the recipes in graph mode (no ``.numpy()``): the helper must give the
+    JPEG of the seed's NumPy pixels there too."""
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        import ascend_recipes  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    with tf.Graph().as_default():
+        assert not tf.executing_eagerly()
+        encoded = ascend_recipes.jpeg_bytes(8, 16, seed=3)
+    pixels = np.random.RandomState(3).randint(0, 256, (8, 16, 3)).astype(np.uint8)
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+        want = session.run(tf.io.encode_jpeg(pixels))
+        assert session.run(tf.shape(tf.io.decode_jpeg(encoded))).tolist() == [8, 16, 3]
+    assert isinstance(encoded, bytes) and encoded[:3] == b"\xff\xd8\xff" and encoded == want
