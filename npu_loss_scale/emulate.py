@@ -50,7 +50,10 @@ Options (before the script):
     :func:`npu_loss_scale.ascend.tf1.moved_keras_module`). In both modes the TF 2.4 names
     later TensorFlow dropped are added back (``Graph._last_id``, which copies of the adapter's
     ``npu_ops.py`` read, ``tf.keras.mixed_precision.experimental``, which model-garden code
-    sets its policy through): :mod:`npu_loss_scale.ascend.tf24`.
+    sets its policy through): :mod:`npu_loss_scale.ascend.tf24`. On TensorFlow 1.x ``--tf1``
+    is accepted and changes nothing: the script's ``tensorflow`` is TF1 itself, with the real
+    ``tensorflow.contrib``, so no name is mapped in either mode and sessions, ranks and
+    ``--precision-mode`` behave as in TF1 mode.
 
 When no real ``npu_bridge`` is importable, the folder of the CPU shim (packages ``npu_bridge``,
 ``hccl``, ``npu_device``, and ``moxing``, ModelArts' file library on local paths) is appended to
@@ -201,7 +204,7 @@ def _parse(argv):
     parser.add_argument("--tf1", action="store_true",
                         help="TF1 mode: the script's own `import tensorflow as tf` gives "
                              "tensorflow.compat.v1 with v2 behaviour off (see "
-                             "npu_loss_scale.ascend.tf1); on TensorFlow 1.15 it changes nothing")
+                             "npu_loss_scale.ascend.tf1); on TensorFlow 1.x a no-op")
     parser.add_argument("--precision-mode", default=None,
                         help="precision_mode for sessions whose config sets none and, "
                              "without --tf1, for TF2 code (the device's training default is "
@@ -286,13 +289,11 @@ def main(argv=None):
         sys.argv = [args.module] + args.script_args
         sys.path[0] = os.getcwd()  # as `python -m module` does
 
-    if args.tf1:
-        from ._compat.loss_scale_optimizer import CONTRIB  # pylint: disable=import-outside-toplevel
-        if CONTRIB:   # TensorFlow 1.x: the script's TF1 API is there as it is
-            print("%s: --tf1 changes nothing on TensorFlow 1.15 (its API is TF1's)" % _PROG,
-                  file=sys.stderr)
-            args.tf1 = False
-
+    from ._compat.scripts import NATIVE_TF1  # imports TensorFlow  pylint: disable=import-outside-toplevel
+    if args.tf1 and NATIVE_TF1:
+        print("%s: --tf1 changes nothing on TensorFlow 1.15 (its API is TF1's)" % _PROG,
+              file=sys.stderr)
+    tf1_mode = args.tf1 or NATIVE_TF1
     shim_in_use = install_shim()
     if not shim_in_use:
         print("%s: using the real npu_bridge at %s; the CPU shim is not installed"
@@ -302,19 +303,20 @@ def main(argv=None):
         from .ascend import precision  # imports TensorFlow  pylint: disable=import-outside-toplevel
         precision.set_default_precision_mode(args.precision_mode)
         precision.install_session_hook()
-        if args.precision_mode is not None and not args.tf1:
+        if args.precision_mode is not None and not tf1_mode:
             precision.install_op_precision(args.precision_mode)
         from .ascend import ranks  # pylint: disable=import-outside-toplevel
         # a rank of `--ranks N`: sessions run on this task's server; in TF2 mode that is the
         # eager context's, which joins before the script can create a variable
-        ranks.join(eager=not args.tf1)
+        ranks.join(eager=not tf1_mode)
 
-    from .ascend import tf1  # pylint: disable=import-outside-toplevel
-    if args.tf1:
-        tf1.enable([sys.path[0]])  # imports TensorFlow
-    else:
-        # TF2 scripts of the same corpus import Keras modules from their TF 2.6 locations
-        tf1.enable_keras_paths([sys.path[0]])  # and TF 2.4's names (imports TensorFlow)
+    if not NATIVE_TF1:  # on TensorFlow 1.x the script's TensorFlow is TF1 itself: nothing to map
+        from .ascend import tf1  # pylint: disable=import-outside-toplevel
+        if args.tf1:
+            tf1.enable([sys.path[0]])
+        else:
+            # TF2 scripts of the same corpus import Keras modules from their TF 2.6 locations
+            tf1.enable_keras_paths([sys.path[0]])  # and TF 2.4's names
 
     if args.saturate_every_op:
         from . import saturation  # imports TensorFlow

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or refresh) the virtual environments this project is tested in.
 #
-#   bash scripts/setup_env.sh            # both stacks
+#   bash scripts/setup_env.sh            # the four test stacks (tf215 tf221 tf115 tf265)
 #   bash scripts/setup_env.sh tf215      # only TensorFlow 2.15 (+ tensorflow-estimator)
 #   bash scripts/setup_env.sh tf221      # only TensorFlow 2.21
 #   bash scripts/setup_env.sh tf115      # TensorFlow 1.15.5 on Python 3.7 (Ascend's TF1 adapter's
@@ -12,6 +12,9 @@
 #   bash scripts/setup_env.sh campaign   # TF 2.15 plus the third-party packages real Ascend
 #                                        # scripts import (for scripts/try_ascend_scripts.py;
 #                                        # no test needs it)
+#   bash scripts/setup_env.sh campaign115  # TF 1.15.5 on Python 3.7 plus the same scripts'
+#                                          # third-party packages at releases for Python 3.7
+#                                          # (the scripts as written, on TF 1.15 itself)
 #
 # Environments live in .venv/<stack> inside the checkout (override with NLS_VENV_ROOT).
 # A stamp file records what was installed, so a second run with nothing changed is quick.
@@ -20,7 +23,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 root="${NLS_VENV_ROOT:-$here/.venv}"
 python="${PYTHON:-python3}"
 stacks=("$@")
-[ ${#stacks[@]} -gt 0 ] || stacks=(tf215 tf221)
+[ ${#stacks[@]} -gt 0 ] || stacks=(tf215 tf221 tf115 tf265)
 
 requirements_for() {
   case "$1" in
@@ -36,7 +39,10 @@ requirements_for() {
     # NumPy 1.19; the hooks' plot test needs it).
     tf265) echo "tensorflow-cpu==2.6.5 keras==2.6.0 tensorflow-estimator==2.6.0 numpy~=1.19.2 protobuf<3.21 pytest hypothesis scikit-learn==1.3.2 tf-slim==1.1.0 matplotlib==3.5.3" ;;
     campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
-    *) echo "unknown stack '$1' (accepted: tf215, tf221, tf115, tf265, campaign)" >&2; return 2 ;;
+    # The same TF 1.15.5 pins as tf115; every other package at its last release for Python 3.7
+    # that builds against NumPy 1.18 (numba 0.56 for librosa 0.9).
+    campaign115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 typing_extensions==4.7.1 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0 easydict==1.10 opencv-python-headless==4.6.0.66 pandas==1.3.5 scikit-image==0.19.3 PyWavelets==1.3.0 imageio==2.31.2 pycocotools==2.0.7 scipy==1.7.3 pillow==9.5.0 tqdm matplotlib==3.5.3 librosa==0.9.2 numba==0.56.4 soundfile sentencepiece==0.1.99 pyyaml==5.4.1" ;;
+    *) echo "unknown stack '$1' (accepted: tf215, tf221, tf115, tf265, campaign, campaign115)" >&2; return 2 ;;
   esac
 }
 
@@ -46,7 +52,7 @@ requirements_for() {
 # The others use $PYTHON (default python3).
 python_for() {
   case "$1" in
-    tf115) find_python 3.7 PYTHON37 ;;
+    tf115|campaign115) find_python 3.7 PYTHON37 ;;
     tf265) find_python 3.9 NLS_PYTHON39 ;;
     *) echo "$python" ;;
   esac

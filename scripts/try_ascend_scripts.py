@@ -22,7 +22,8 @@ ModelZoo-TensorFlow (nothing of it belongs in this repository). The script
    the recipe's ones; a listed script's model directory gets its recipe too);
 4. runs each, unmodified, as ``python -m npu_loss_scale.emulate --report R [--tf1] script ...``
    from the script's folder with a timeout. ``--tf1`` is passed unless the model directory uses
-   the TF2 adapter ``npu_device``. The arguments are generic, never per script: for each flag the
+   the TF2 adapter ``npu_device`` or the interpreter (``--python``) has TensorFlow 1.x, where
+   the scripts run on the TensorFlow they were written for. The arguments are generic, never per script: for each flag the
    script defines (``flags.DEFINE_*("name", ...)``, ``add_argument("--name", ...)``) whose name
    says what it is, a small value: data folders and files get a folder of tiny synthetic data
    (MNIST in its IDX files, CIFAR-10 in its binary batches, both a few records), output folders
@@ -283,7 +284,24 @@ def barrier_category(result):
     return "other"
 
 
-def run_one(corpus, script, extra_args, python, timeout, work, recipe=None):
+def tensorflow_version(python):
+    """The TensorFlow version ``python`` imports (asked once, in a child process), or a
+    ``ValueError`` saying why there is none."""
+    try:
+        proc = subprocess.run([python, "-c", "import tensorflow as tf; print(tf.__version__)"],
+                              capture_output=True, text=True, check=False,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    except OSError as err:
+        raise ValueError("--python must be a Python interpreter; got %r (%s)" % (python, err))
+    lines = proc.stdout.split()
+    if proc.returncode != 0 or not lines:
+        raise ValueError("--python must be a Python interpreter that imports tensorflow; %r "
+                         "does not:\n%s" % (python, proc.stderr.strip()[-2000:]))
+    return lines[-1]
+
+
+def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, native_tf1=False):
+    """Runs one script; ``native_tf1``: ``python`` has TensorFlow 1.x (no ``--tf1`` then)."""
     model = survey.model_dir(script, corpus)
     tf1 = not uses_npu_device(model)
     data = make_synthetic_data(os.path.join(work, "data"))
@@ -303,6 +321,7 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None):
         if getattr(recipe, "CWD", None) == "work":
             cwd = ctx.work
     args += list(extra_args)
+    tf1 = tf1 and not native_tf1
     cmd = [python, "-m", "npu_loss_scale.emulate", "--report", report] + (["--tf1"] if tf1 else [])
     cmd += [script] + args
     env = dict(os.environ)
@@ -384,6 +403,13 @@ def main(argv=None):
     if args.jobs < 1:
         parser.error("--jobs must be >= 1; got %d" % args.jobs)
     corpus = os.path.abspath(args.corpus)
+    if os.sep in args.python:  # scripts run from their own folders: a relative path would move
+        args.python = os.path.abspath(args.python)
+    try:
+        version = tensorflow_version(args.python)
+    except ValueError as err:
+        parser.error(str(err))
+    native_tf1 = version.startswith("1.")
     if args.list:
         known = {} if args.no_recipes else recipes.load_recipes(args.recipes)
         jobs = []
@@ -422,6 +448,8 @@ def main(argv=None):
             print("  " + " ".join([os.path.relpath(script, corpus)] + extra)
                   + ("  [recipe %s]" % os.path.basename(recipe.__file__) if recipe else ""))
         return 0
+    print("TensorFlow %s (%s)%s" % (version, args.python,
+                                    ": scripts run without --tf1" if native_tf1 else ""))
     work_root = args.keep or tempfile.mkdtemp(prefix="try_ascend_")
     results = [None] * len(jobs)
 
@@ -434,13 +462,13 @@ def main(argv=None):
     if args.jobs == 1:
         for i, (script, extra, recipe) in enumerate(jobs):
             results[i] = run_one(corpus, script, extra, args.python, args.timeout, work_dir(i),
-                                 recipe)
+                                 recipe, native_tf1)
             _print_result(i, results[i])
     else:
         from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
         with ThreadPoolExecutor(args.jobs) as pool:
             futures = [pool.submit(run_one, corpus, s, e, args.python, args.timeout, work_dir(i),
-                                   r)
+                                   r, native_tf1)
                        for i, (s, e, r) in enumerate(jobs)]
             for i, future in enumerate(futures):
                 results[i] = future.result()

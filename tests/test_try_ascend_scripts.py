@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import tensorflow as tf
 
 from npu_loss_scale import detection, emulation
@@ -337,3 +338,64 @@ def test_recipe_helpers_write_what_tensorflow_reads(tmp_path):
     assert tf.io.decode_jpeg(ascend_recipes.jpeg_bytes(8, 6)).shape == (8, 6, 3)
     known = ascend_recipes.load_recipes()
     assert len(known) >= 10 and all(callable(m.prepare) for m in known.values())
+
+
+def test_python_that_cannot_run_tensorflow_is_refused_by_name(tmp_path):
+    missing = str(tmp_path / "no-such-python")
+    out = subprocess.run([sys.executable, TRY, str(tmp_path), "--python", missing],
+                         env=_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2
+    assert "--python must be a Python interpreter; got %r" % missing in out.stderr
+
+
+def test_a_relative_python_runs_the_scripts_and_tf1_mode_only_on_tensorflow_2(tmp_path):
+    """Scripts run from their own folders, so ``--python`` relative to the caller's folder must
+    still find the interpreter; on TensorFlow 1.x the TF1 script runs without ``--tf1``."""
+    root = str(tmp_path / "zoo")
+    _write(root, "A_ID0001_for_TensorFlow/train.py", """
+        import tensorflow as tf
+        from npu_bridge.npu_init import *
+        def main(_):
+            w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+            opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.1),
+                                        FixedLossScaleManager(8))
+            op = opt.minimize(w * w)
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                sess.run(op)
+        if __name__ == "__main__":
+            tf.app.run()
+        """)
+    caller = os.path.dirname(os.path.dirname(sys.executable))
+    relative = os.path.relpath(sys.executable, caller)
+    assert os.sep in relative and not os.path.isabs(relative)
+    results_file = str(tmp_path / "results.json")
+    out = subprocess.run([sys.executable, TRY, root, "--python", relative, "--json", results_file],
+                         cwd=caller, env=_env(), capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    tf1 = tf.__version__.startswith("1.")
+    assert ("TensorFlow %s (%s)%s\n" % (tf.__version__, os.path.abspath(
+        os.path.join(caller, relative)), ": scripts run without --tf1" if tf1 else "")) in out.stdout
+    with open(results_file, encoding="utf-8") as handle:
+        (result,) = json.load(handle)
+    assert (result["outcome"], result["tf1"]) == ("trained", not tf1)
+    assert result["report"]["steps_applied"] == 1
+
+
+def test_recipe_jpeg_helper_works_in_graph_mode_as_on_tensorflow_1():
+    """TensorFlow 1.x runs the recipes in graph mode (no ``.numpy()``): the helper must give the
+    JPEG of the seed's NumPy pixels there too."""
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        import ascend_recipes  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    with tf.Graph().as_default():
+        assert not tf.executing_eagerly()
+        encoded = ascend_recipes.jpeg_bytes(8, 16, seed=3)
+    pixels = np.random.RandomState(3).randint(0, 256, (8, 16, 3)).astype(np.uint8)
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+        want = session.run(tf.io.encode_jpeg(pixels))
+        assert session.run(tf.shape(tf.io.decode_jpeg(encoded))).tolist() == [8, 16, 3]
+    assert isinstance(encoded, bytes) and encoded[:3] == b"\xff\xd8\xff" and encoded == want

@@ -146,7 +146,10 @@ def jpeg_bytes(height, width, seed=0):
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     pixels = np.random.RandomState(seed).randint(0, 256, (height, width, 3)).astype(np.uint8)
-    return tf.io.encode_jpeg(pixels).numpy()
+    if tf.executing_eagerly():
+        return tf.io.encode_jpeg(pixels).numpy()
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+        return session.run(tf.io.encode_jpeg(pixels))  # TensorFlow 1.x runs recipes in graph mode
 
 
 def png_label_records(count, seed, size=32):
