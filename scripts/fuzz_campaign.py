@@ -41,7 +41,6 @@ any mismatch was found, after printing each failing case's parameters.
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -622,15 +621,16 @@ def check_step(tally, case, step, before, after, applied, expect_apply, ref_afte
 # ---------------------------------------------------------------------------------------------
 # Tampered checkpoints
 # ---------------------------------------------------------------------------------------------
-_SCALE_KEY = re.compile(r"(^|/)(loss_scale|scale|current_loss_scale|_scale)(/|$)")
-_COUNTER_KEY = re.compile(r"(^|/)(good_steps|bad_steps|growth_tracker|_growth_tracker|counter"
-                          r"|dynamic_counter)(/|$)")
+_SCALE_NAMES = ("loss_scale", "scale", "current_loss_scale", "dynamic_scale")
+_COUNTER_NAMES = ("good_steps", "bad_steps", "growth_tracker", "counter", "step_counter")
 
 
 def scale_state_keys(prefix):
-    """The checkpoint's keys of loss-scale state: ([scale keys], [counter keys])."""
+    """The checkpoint's keys of loss-scale state, by the variable's own name (the last part of
+    the key): ([scale keys], [counter keys])."""
     keys = sorted(tf.train.load_checkpoint(prefix).get_variable_to_dtype_map())
-    return ([k for k in keys if _SCALE_KEY.search(k)], [k for k in keys if _COUNTER_KEY.search(k)])
+    return ([k for k in keys if _short_name(k) in _SCALE_NAMES],
+            [k for k in keys if _short_name(k) in _COUNTER_NAMES])
 
 
 def _tampered_value(value, kind, rule):
