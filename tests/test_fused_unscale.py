@@ -176,6 +176,27 @@ def test_a_scale_whose_reciprocal_is_subnormal_unscales_exactly(dtype, exponent,
     assert check == 0.0
 
 
+def test_a_failed_compilation_is_remembered_and_not_tried_again(
+        monkeypatch, tmp_path, fresh_kernel_state):
+    calls = tmp_path / "calls"
+    fake = tmp_path / "cxx"
+    fake.write_text("#!/bin/sh\necho run >> %s\necho 'fatal: no headers here' >&2\nexit 1\n"
+                    % calls)
+    fake.chmod(0o755)
+    monkeypatch.setenv(_kernels.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(fake))
+    monkeypatch.setenv(_kernels.ENV_MODE, "auto")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):      # two processes: the module's state is fresh for the second
+            _kernels._reset_for_tests()  # pylint: disable=protected-access
+            assert _kernels.load_unscale_check() is None
+    assert calls.read_text().split() == ["run"]                # compiled once
+    reasons = [str(w.message) for w in caught]
+    assert len(reasons) == 2 and all("fatal: no headers here" in r for r in reasons)
+    assert "an earlier build failed" in reasons[1] and ".failed" in reasons[1]
+
+
 class _FakeTF:
     """Just what kernel_build reads of TensorFlow: its version and sysconfig flags."""
 

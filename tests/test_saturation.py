@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from npu_loss_scale import emulation, saturation
+from tf_versions import tf2_only
 
 F16_MAX = 65504.0
 ZEROS = [0] * 8
@@ -69,6 +70,7 @@ def test_gradients_built_inside_are_saturated_and_recorded(graph, session):
     np.testing.assert_array_equal(_status(session), OVERFLOW_ONLY)
 
 
+@tf2_only
 def test_every_op_in_tf_function_with_gradient_tape(npu_device):
     @tf.function
     def forward_backward(x, dy):
@@ -152,6 +154,7 @@ def test_saturating_refuses_non_callables():
         saturation.saturating(3)
 
 
+@tf2_only
 # -- Keras layer -----------------------------------------------------------------------------------
 def test_keras_layer_saturates_forward_values(npu_device):
     inputs = tf.keras.Input((2,), dtype="float16")
@@ -162,6 +165,7 @@ def test_keras_layer_saturates_forward_values(npu_device):
     np.testing.assert_array_equal(npu_device.status(), OVERFLOW_ONLY)
 
 
+@tf2_only
 def test_keras_layer_keeps_dtype_under_mixed_precision_and_saturates_gradients(npu_device):
     previous = tf.keras.mixed_precision.global_policy()
     tf.keras.mixed_precision.set_global_policy("mixed_float16")
@@ -180,6 +184,7 @@ def test_keras_layer_keeps_dtype_under_mixed_precision_and_saturates_gradients(n
     np.testing.assert_array_equal(npu_device.status(), OVERFLOW_ONLY)
 
 
+@tf2_only
 def test_keras_layer_round_trips_its_config_and_is_identity_in_inf_nan_mode():
     layer = saturation.Saturate(name="sat")
     clone = saturation.Saturate.from_config(layer.get_config())

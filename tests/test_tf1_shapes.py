@@ -93,18 +93,23 @@ def test_the_optimizer_subclasses_the_class_ascends_tf1_adapter_subclasses(graph
     assert opt._loss_scale_manager is mgr  # pylint: disable=protected-access
 
 
-def test_saturate_every_op_works_or_says_why_not(graph, session):
+def test_saturate_every_op_saturates_and_keeps_the_gradients(graph, session):
+    # TensorFlow 1.15 writes an op callback's replacement into the op's own outputs; before the
+    # package wrote the op's own output back, tf.gradients walked past the saturation and gave
+    # None (and saturate_every_op was refused there).
     x = tf.constant([300.0, 3.0], tf.float16)
-    if TF1:
-        with pytest.raises(NotImplementedError, match="TensorFlow 1.15.*tf.gradients"):
-            with nls.saturation.saturate_every_op():
-                pass
-        return
+    dy = tf.constant([1.0, 1.0], tf.float16)
     with nls.saturation.saturate_every_op():
-        y = x * x
-        grad = tf.gradients(y, x)[0]
-    assert grad is not None
-    np.testing.assert_array_equal(session.run(y), [65504.0, 9.0])
+        y = x * x                                  # 90000 saturates to 65504
+        inside = tf.gradients(y, x, grad_ys=dy)[0]
+    outside = tf.gradients(y, x)[0]
+    mul = [op for op in graph.get_operations() if op.type == "Mul"][0]
+    assert mul.outputs[0].op is mul and y.op is not mul
+    assert inside is not None and outside is not None
+    got_y, got_inside, got_outside = session.run([y, inside, outside])
+    np.testing.assert_array_equal(got_y, [65504.0, 9.0])
+    np.testing.assert_array_equal(got_inside, [600.0, 6.0])      # d(x*x)/dx = 2x
+    np.testing.assert_array_equal(got_outside, [600.0, 6.0])
 
 
 def test_an_estimator_trains_through_the_optimizer_and_saves_ascends_names(tmp_path):

@@ -8,7 +8,7 @@ imports the names it needs from here and never tests ``tf.__version__`` itself.
 * ``lookup``: ``MutableHashTable``.
 * ``variables``: resource variables, variable keys, a snapshot of a reference variable.
 * ``ops``: ``where`` with 2.x's broadcasting.
-* ``op_callbacks``: TensorFlow's op callbacks (refused on 1.15, see there).
+* ``op_callbacks``: TensorFlow's op callbacks (1.15's earlier form, with the op's own outputs kept).
 * ``collectives``: the cross-process all-reduce (CollectiveReduce on 1.15, V2 on 2.x; V2's
   ``name`` before 2.8).
 * ``tracking``: checkpoint children on both Trackable APIs (``_checkpoint_dependencies`` up to

@@ -1,7 +1,7 @@
 """``tf.numpy_function`` with ``stateful=``, on every release.
 
-TensorFlow 2.6's ``tf.numpy_function`` takes no ``stateful`` argument: its op is always
-stateful (never pruned, deduplicated or constant-folded), which is what the package's callbacks
+TensorFlow 1.15's and 2.6's ``tf.numpy_function`` take no ``stateful`` argument: their op is
+always stateful (never pruned, deduplicated or constant-folded), which is what the package's callbacks
 (step reports, overflow-site records) need. Later releases take ``stateful`` (default True).
 """
 import inspect

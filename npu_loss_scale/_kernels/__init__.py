@@ -19,7 +19,9 @@ TensorFlow version and its compile flags. ``NPU_LOSS_SCALE_FUSED_UNSCALE`` choos
 
 ``auto`` (default)
     use the kernel when it builds; otherwise warn once (:class:`FusedKernelWarning`, with the
-    reason) and keep the two-pass path, which gives the same decisions and values.
+    reason) and keep the two-pass path, which gives the same decisions and values. A failed
+    compilation is remembered in the cache (a ``.failed`` file beside the library it would have
+    been), so later processes give the same reason at once instead of compiling again.
 ``on``
     the kernel is required: a failed build raises :class:`FusedKernelError`.
 ``off``
@@ -92,26 +94,49 @@ def _build(tf):
     folder = _cache_dir()
     os.makedirs(folder, exist_ok=True)
     target = os.path.join(folder, "unscale_check-%s.so" % key)
+    failed = os.path.splitext(target)[0] + ".failed"
     if os.path.exists(target):
         return target
+    _raise_remembered(failed)
     # one build at a time across processes (several ranks start together)
     with open(os.path.join(folder, ".build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(target):
             return target
+        _raise_remembered(failed)
         partial = "%s.%d.tmp" % (target, os.getpid())
         cmd = [cxx, "-O3", "-shared", "-fPIC", _SOURCE, "-o", partial] + cflags + lflags
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-        except subprocess.TimeoutExpired as err:
-            raise OSError("the compiler did not finish in 300 s") from err
+        except subprocess.TimeoutExpired:
+            _remember_failure(failed, "the compiler did not finish in 300 s")
         if proc.returncode != 0:
             if os.path.exists(partial):
                 os.remove(partial)
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise OSError("compiler exit %d: %s" % (proc.returncode, " | ".join(tail)))
+            _remember_failure(failed, "compiler exit %d: %s" % (proc.returncode, " | ".join(tail)))
         os.replace(partial, target)
     return target
+
+
+def _remember_failure(path, reason):
+    """Writes why this build failed next to where the library would be, and raises OSError.
+
+    The next process with the same source, TensorFlow and flags reads the reason there instead
+    of spending the compiler's time again (about 20 s each, which adds up over ranks and CI
+    jobs); deleting the file, or changing any of those, builds again."""
+    with open(path, "w") as handle:
+        handle.write(reason)
+    raise OSError(reason)
+
+
+def _raise_remembered(path):
+    """Raises the OSError of an earlier failed build of this library, if there was one."""
+    if os.path.exists(path):
+        with open(path) as handle:
+            reason = handle.read().strip()
+        raise OSError("%s (an earlier build failed; remembered in %s: delete it to build again)"
+                      % (reason, path))
 
 
 def load_unscale_check():
