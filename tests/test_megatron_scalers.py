@@ -419,7 +419,9 @@ def test_a_user_subclass_with_only_megatron_methods_drives_the_optimizer():
         scaler = _HalvingScaler(64.0)
         update, should_apply = scaler.update([tf.constant([np.inf])])
         with tf.control_dependencies([update, should_apply]):
-            return should_apply, tf.identity(scaler.scale)
+            # a read made after the update (in a TF1 graph ``scaler.scale`` is the graph's one
+            # loss_scale:0 tensor, which a Session may evaluate before the assignment)
+            return should_apply, scaler.scale_variable.read_value()
     should_apply, scale = evaluate(update_once)
     assert not should_apply and scale == 32.0
 
