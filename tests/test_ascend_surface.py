@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from npu_loss_scale import detection, emulation
+from npu_loss_scale._compat import keras as compat_keras
 from npu_loss_scale.ascend import precision
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -560,6 +561,18 @@ print(json.dumps({"LeakyReLU": LeakyReLU is keras.layers.LeakyReLU,
 """
 
 
+def _moved_keras_script(mode):
+    """The script above as a TF 2.6 user writes it where tf.keras is Keras 2.6: its
+    ``keras.layers.normalization`` is a package, not TF 2.5's module, and nothing maps it, so the
+    script imports the class ``keras.layers`` exports from where Keras 2.6 keeps it (the V1 batch
+    norm under TF1 behaviour, as Keras 2.6 chooses at import, else the V2 one)."""
+    if compat_keras.keras2_source_package() != "keras":
+        return _MOVED_KERAS_SCRIPT
+    module = "batch_normalization_v1" if mode else "batch_normalization"
+    return _MOVED_KERAS_SCRIPT.replace("from keras.layers.normalization import",
+                                       "from keras.layers.normalization.%s import" % module)
+
+
 @pytest.mark.parametrize("mode", [["--tf1"], []], ids=["tf1", "tf2"])
 def test_moved_keras_paths_resolve_in_user_files_only(tmp_path, mode):
     """TF 1.15's tensorflow.python.keras and TF 2.6's keras.layers.core/backend_config/
@@ -570,7 +583,7 @@ def test_moved_keras_paths_resolve_in_user_files_only(tmp_path, mode):
     app.mkdir()
     (lib / "installed_lib-1.0.dist-info").mkdir(parents=True)
     (lib / "installed_lib.py").write_text("from tensorflow.python.keras import backend as K\n")
-    (app / "train.py").write_text(_MOVED_KERAS_SCRIPT)
+    (app / "train.py").write_text(_moved_keras_script(mode))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate"] + mode
                             + [str(app / "train.py"), str(lib)], env=env, cwd=str(tmp_path),

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_versions import LEGACY_CLASS_NAME, legacy_optimizers
 from npu_loss_scale import detection, emulation
 from npu_loss_scale.ascend import tf24
 
@@ -21,6 +22,8 @@ POLICY_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_experimental_policy.py
 LEGACY_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_legacy_optimizer.py")
 INTERNALS_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_tf24_internals", "train.py")
 KERAS3 = hasattr(tf.keras.mixed_precision, "DTypePolicy")
+# TF 2.9 removed tf.keras.mixed_precision.experimental (its release notes); 2.0-2.8 have their own
+KERAS_OWN_EXPERIMENTAL = tuple(int(part) for part in tf.version.VERSION.split(".")[:2]) < (2, 9)
 
 
 def test_graph_last_id_counts_the_operations_added_as_tf_2_4_did():
@@ -73,10 +76,22 @@ def test_a_tf2_script_whose_dropout_seeds_from_graph_last_id_trains(tmp_path):
     assert steps["steps_applied"] + steps["steps_skipped"] == 2
 
 
-def test_keras_mixed_precision_experimental_maps_to_the_stable_api():
+def test_a_keras_with_its_own_experimental_api_keeps_it():
+    """Keras 2.0-2.8 (TF 2.6.5's among them) have their own ``mixed_precision.experimental``,
+    whose ``Policy`` carries a ``DynamicLossScale`` object: the mapping is added only where TF 2.9
+    removed it."""
     tf24.add_keras_mixed_precision_experimental()
     tf24.add_keras_mixed_precision_experimental()  # idempotent
     experimental = tf.keras.mixed_precision.experimental
+    mapped = "npu_loss_scale" in (experimental.__doc__ or "")
+    assert mapped == (not KERAS_OWN_EXPERIMENTAL)
+    carried = experimental.Policy("mixed_float16", loss_scale="dynamic").loss_scale
+    assert (type(carried).__name__ == "DynamicLossScale") == KERAS_OWN_EXPERIMENTAL
+
+
+def test_keras_mixed_precision_experimental_maps_to_the_stable_api():
+    """The mapping itself, built on whichever stable API the running Keras has."""
+    experimental = tf24._experimental(tf.keras.mixed_precision)  # pylint: disable=protected-access
     try:
         policy = experimental.Policy("mixed_float16")
         assert (policy.name, policy.compute_dtype, policy.variable_dtype, policy.loss_scale) == \
@@ -118,6 +133,23 @@ def test_a_tf2_script_setting_its_policy_through_the_experimental_api_trains(tmp
         assert steps["steps_applied"] + steps["steps_skipped"] == 2
 
 
+def _largest_fitting_scale():
+    """The legacy-optimizer script's first step in float64 NumPy: the largest power of two from
+    2**15 down at which every scaled gradient stays under float16's largest value."""
+    rng = np.random.default_rng(0)
+    kernel1, kernel2 = 0.4 * rng.standard_normal((4, 4)), 0.4 * rng.standard_normal((4, 1))
+    x = np.full((8, 4), 2.0)
+    hidden = x @ kernel1
+    d_out = 2.0 * (hidden @ kernel2) / 8.0           # d mean(out**2) / d out, 8 outputs
+    d_hidden = d_out @ kernel2.T
+    grads = [x.T @ d_hidden, d_hidden.sum(0), hidden.T @ d_out, d_out.sum(0)]
+    largest = max(float(np.abs(g).max()) for g in grads)
+    scale = 2.0 ** 15
+    while scale * largest >= 65504.0:
+        scale /= 2.0
+    return scale
+
+
 @pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
 def test_a_tf2_script_with_an_optimizerv2_optimizer_trains_through_npu_loss_scale_optimizer(
         tmp_path):
@@ -125,13 +157,15 @@ def test_a_tf2_script_with_an_optimizerv2_optimizer_trains_through_npu_loss_scal
     the adapter of TF 2.4 took them. Now: under allow_mix_precision the scaled gradient
     overflows float16 at 2**15 and 2**14 (skipped, scale halved) and fits at 2**13; under
     force_fp32 nothing overflows."""
+    fits = _largest_fitting_scale()
+    assert fits == 2.0 ** 13  # two skipped steps, then two applied
     for mode, finite, applied in (("allow_mix_precision", [False, False, True, True], 2),
                                   ("force_fp32", [True] * 4, 4)):
         lines, report = _emulate(tmp_path, LEGACY_SCRIPT, "4", mode, every_line=True)
         assert [l["finite"] for l in lines] == finite
-        assert {l["optimizer"] for l in lines} == {"NpuLegacyLossScaleOptimizer"}
+        assert {l["optimizer"] for l in lines} == {LEGACY_CLASS_NAME}
         if mode == "allow_mix_precision":
-            assert [l["scale_before"] for l in lines] == [32768.0, 16384.0, 8192.0, 8192.0]
+            assert [l["scale_before"] for l in lines] == [2.0 ** 15, 2.0 ** 14, fits, fits]
         assert json.loads(report.read_text()) == {
             "optimizers_built": 1, "train_ops_built": 0, "steps_applied": applied,
             "steps_skipped": 4 - applied}
@@ -168,7 +202,7 @@ def test_a_tf2_script_with_an_optimizer_on_tf_2_4_internals_trains(tmp_path):
     distribution_strategy_context import and the ops names); now its OptimizerV2 subclass trains
     2 steps through NpuLossScaleOptimizer and sees TF 2.15's objects behind the old names."""
     printed, report = _emulate(tmp_path, INTERNALS_SCRIPT)
-    assert (printed["optimizer"], printed["inner"]) == ("NpuLegacyLossScaleOptimizer", "PlainSGD")
+    assert (printed["optimizer"], printed["inner"]) == (LEGACY_CLASS_NAME, "PlainSGD")
     seen = printed["seen"]
     assert seen["dense_grad_is_tensor"] is True and seen["sparse_type"] == "IndexedSlices"
     assert isinstance(seen["cross_replica"], bool) and seen["strategy"]
@@ -182,8 +216,8 @@ def test_npu_device_optimizer_around_a_legacy_optimizer_keeps_the_rank_agreement
     import npu_device as npu  # pylint: disable=import-outside-toplevel
     from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
     npu.open().as_default()
-    opt = NpuLossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.5), initial_scale=4.0)
-    assert type(opt).__name__ == "NpuLegacyLossScaleOptimizer"
+    opt = NpuLossScaleOptimizer(legacy_optimizers().SGD(0.5), initial_scale=4.0)
+    assert type(opt).__name__ == LEGACY_CLASS_NAME
     assert isinstance(opt, NpuLossScaleOptimizer)
     assert opt._npu_check.is_distributed  # pylint: disable=protected-access
     weight = tf.Variable([1.0])

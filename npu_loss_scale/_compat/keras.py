@@ -35,6 +35,24 @@ def is_keras3():
     return hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 
 
+def keras2_source_package():
+    """The package whose modules ``tf.keras`` is made of, for scripts that import Keras modules
+    by path: ``"keras.src"`` on Keras 2.13 to 2.15, ``"keras"`` on Keras 2.6 to 2.12 (where
+    ``keras.layers.core`` and the like are still at those paths), None on Keras 3 (laid out
+    differently: no path of older Keras maps to it). TensorFlow's own
+    ``tensorflow.python.keras`` folder, where 2.6 to 2.15 ship it, is a separate frozen copy
+    whose layers do not mix with ``tf.keras`` models, so this is where such paths point."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    try:
+        keras2 = hasattr(tf.compat.v1.keras.backend, "set_session")
+        has_src = keras2 and importlib.util.find_spec("keras.src") is not None
+    except (ImportError, ValueError):
+        return None
+    if not keras2:
+        return None
+    return "keras.src" if has_src else "keras"
+
+
 def keras2_classes():
     """The :class:`Keras2Classes` of the Keras 2 that ``tf.keras`` is."""
     module = sys.modules[tf.keras.mixed_precision.LossScaleOptimizer.__module__]

@@ -29,8 +29,8 @@ Ascend's TF adapter runs TensorFlow 1.15, and its users' scripts are TF1 code: `
   (:mod:`npu_loss_scale.ascend.tf1_mnist`).
 
 * Keras module paths that moved (:func:`moved_keras_module`): ``tensorflow.python.keras.*`` (TF
-  1.15's ``tf.keras``) and TF 2.6 ``keras.*`` locations such as ``keras.layers.core`` resolve to
-  the modules of the installed ``tf.keras`` when it is Keras 2;
+  1.15's ``tf.keras``) and, on Keras 2.13 to 2.15, TF 2.6 ``keras.*`` locations such as
+  ``keras.layers.core`` resolve to the modules of the installed ``tf.keras`` when it is Keras 2;
 * ``tensorflow.python.framework.ops`` and ``tensorflow.python.ops.control_flow_ops`` in user
   files also have the TF 1.15 names TF 2.x moved out of them (``ops.Tensor``,
   ``ops.IndexedSlices``, ``ops.register_tensor_conversion_function``...;
@@ -172,41 +172,45 @@ def _import_contrib(v1, name, fromlist):
 _TF_KERAS = "tensorflow.python.keras"
 
 
-def _keras_2_src():
-    """Whether ``tf.keras`` is Keras 2 with its modules under ``keras.src`` (TF 2.13 to 2.15)."""
-    if "keras_src" not in _state:
-        import importlib  # pylint: disable=import-outside-toplevel
+def _keras_2_package():
+    """Where the installed Keras 2 keeps its modules (``keras.src`` or ``keras``), or None
+    (:func:`npu_loss_scale._compat.keras.keras2_source_package`); asked once."""
+    if "keras_package" not in _state:
         try:
-            import tensorflow as tf  # pylint: disable=import-outside-toplevel
-            _state["keras_src"] = (hasattr(tf.compat.v1.keras.backend, "set_session")
-                                   and importlib.util.find_spec("keras.src") is not None)
-        except (ImportError, ValueError):
-            _state["keras_src"] = False
-    return _state["keras_src"]
+            from npu_loss_scale._compat import keras as compat_keras  # pylint: disable=import-outside-toplevel
+            _state["keras_package"] = compat_keras.keras2_source_package()
+        except ImportError:
+            _state["keras_package"] = None
+    return _state["keras_package"]
 
 
 def moved_keras_module(name):
     """Where a Keras module path of TF 1.15 or TF 2.6 lives now, or None to import as is.
 
     * ``tensorflow.python.keras[.x]`` (and TF 1.4's ``tensorflow.python.keras._impl.keras[.x]``)
-      is ``tf.keras`` in TF 1.15; in TF 2.13 to 2.15 TensorFlow still ships that folder, but as a
+      is ``tf.keras`` in TF 1.15; in TF 2.6 to 2.15 TensorFlow still ships that folder, but as a
       separate, frozen copy of Keras whose layers do not mix with ``tf.keras`` models, so it maps
-      to ``keras.src[.x]``, the modules ``tf.keras`` is made of;
-    * ``keras.x`` where TF 2.6's Keras had a module (``keras.layers.core``,
-      ``keras.backend_config``, ``keras.utils.control_flow_util``, ``keras.engine``, ...) and the
-      installed Keras 2 has it under ``keras.src.x`` (tried only when ``keras.x`` is missing);
-      ``keras.optimizer_v2[.x]`` (TF 2.6's optimizers) under ``keras.src.optimizers.legacy``,
-      its ``utils`` and ``learning_rate_schedule`` where Keras 2.15 keeps them.
+      to the modules ``tf.keras`` is made of: ``keras.src[.x]`` (Keras 2.13 to 2.15) or
+      ``keras[.x]`` (Keras 2.6);
+    * on Keras 2.13 to 2.15, ``keras.x`` where TF 2.6's Keras had a module
+      (``keras.layers.core``, ``keras.backend_config``, ``keras.utils.control_flow_util``,
+      ``keras.engine``, ...) and the installed Keras has it under ``keras.src.x`` (tried only when
+      ``keras.x`` is missing); ``keras.optimizer_v2[.x]`` (TF 2.6's optimizers) under
+      ``keras.src.optimizers.legacy``, its ``utils`` and ``learning_rate_schedule`` where Keras
+      2.15 keeps them. On Keras 2.6 those paths are where they were.
 
     With Keras 3 (TF 2.16 and later) nothing is mapped: its modules are laid out differently.
     """
-    if not _keras_2_src():
+    package = _keras_2_package()
+    if package is None:
         return None
     if name == _TF_KERAS or name.startswith(_TF_KERAS + "."):
         rest = name[len(_TF_KERAS):]
         if rest == "._impl.keras" or rest.startswith("._impl.keras."):
             rest = rest[len("._impl.keras"):]
-        return "keras.src" + rest
+        return package + rest
+    if package != "keras.src":
+        return None
     if name.startswith("keras.") and not name.startswith("keras.src."):
         if name in _KERAS_RELOCATED:
             return _KERAS_RELOCATED[name]

@@ -21,9 +21,17 @@ def set_mixed_precision_policy(dtype, loss_scale=None):
     if dtype == "fp16":
         policy = experimental.Policy("mixed_float16", loss_scale=loss_scale)
         experimental.set_policy(policy)
-        return policy.loss_scale
+        return loss_scale_name(policy.loss_scale)
     experimental.set_policy("float32")
     return None
+
+
+def loss_scale_name(loss_scale):
+    """The loss scale a Policy carries, as printable text: TF 2.6's own experimental Policy holds
+    a ``DynamicLossScale`` object, the TF 2.4 mapping of later releases the string "dynamic"."""
+    if loss_scale is None or isinstance(loss_scale, str):
+        return loss_scale
+    return "dynamic" if type(loss_scale).__name__ == "DynamicLossScale" else repr(loss_scale)
 
 
 npu.global_options().precision_mode = "allow_mix_precision"

@@ -6,9 +6,10 @@ log line that reads ``optimizer._optimizer._decayed_lr`` and ``optimizer.loss_sc
 
 Run through ``python -m npu_loss_scale.emulate [--report FILE] script.py STEPS MODE``. With
 ``allow_mix_precision`` the dense layers' matmuls compute in float16: at the default scale of
-2**15 the second kernel's gradient (about 1.9e5 once scaled) overflows float16, so the first
-steps are skipped and the scale halves until it fits (2**13); with ``force_fp32`` nothing
-overflows. Prints one JSON line per step.
+2**15 the second kernel's gradient (about 4.7, so 1.5e5 once scaled) overflows float16, so the
+first steps are skipped and the scale halves until it fits (2**13); with ``force_fp32`` nothing
+overflows. The weights are NumPy's draws (``KERNEL_SCALE`` times ``default_rng(0)``'s normals,
+zero biases), the same on every Keras. Prints one JSON line per step.
 """
 import json
 import sys
@@ -18,8 +19,15 @@ import tensorflow as tf
 
 import npu_device as npu
 
+KERNEL_SCALE = 0.4
 
-class AdamWithDecay(tf.keras.optimizers.legacy.Adam):
+
+# Keras's OptimizerV2 family: tf.keras.optimizers.legacy on Keras 2.11-2.15, tf.keras.optimizers
+# itself on Keras 2.6 (TF 2.6.5)
+OPTIMIZER_V2 = getattr(tf.keras.optimizers, "legacy", tf.keras.optimizers)
+
+
+class AdamWithDecay(OPTIMIZER_V2.Adam):
     """Adam plus decoupled weight decay, written against OptimizerV2 as TF 2.4 code is."""
 
     def __init__(self, learning_rate, weight_decay_rate=0.01, **kwargs):
@@ -36,9 +44,12 @@ class AdamWithDecay(tf.keras.optimizers.legacy.Adam):
 npu.global_options().precision_mode = sys.argv[2]
 npu.open().as_default()
 
-tf.keras.utils.set_random_seed(0)
+# weights drawn by NumPy, the same on every Keras (the initialisers' draws differ between releases)
+rng = np.random.default_rng(0)
+KERNELS = [KERNEL_SCALE * rng.standard_normal((4, 4)), KERNEL_SCALE * rng.standard_normal((4, 1))]
 model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(4),
                              tf.keras.layers.Dense(1)])
+model.set_weights([KERNELS[0], np.zeros(4), KERNELS[1], np.zeros(1)])
 optimizer = npu.train.optimizer.NpuLossScaleOptimizer(AdamWithDecay(1e-3))
 
 

@@ -9,6 +9,7 @@ On the device (and in the emulation) ``allow_mix_precision`` computes the matmul
 a scale of 2**20 overflows the backward matmuls; in ``force_fp32`` nothing overflows.
 """
 import json
+import random
 import sys
 
 import numpy as np
@@ -20,7 +21,10 @@ from npu_device.train.optimizer import NpuLossScaleOptimizer
 npu.global_options().precision_mode = sys.argv[1]
 npu.open().as_default()
 
-tf.keras.utils.set_random_seed(0)
+# the seeds tf.keras.utils.set_random_seed sets (Keras 2.7 on; TF 2.6's Keras lacks it)
+random.seed(0)
+np.random.seed(0)
+tf.random.set_seed(0)
 model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(8, activation="relu"),
                              tf.keras.layers.Dense(1)])
 opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.01), dynamic=True,

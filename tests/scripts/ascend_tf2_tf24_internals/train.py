@@ -4,6 +4,7 @@ device, a custom loop in a ``tf.function``. Run through ``python -m npu_loss_sca
 [--report FILE] train.py``; prints one JSON line: the optimizer classes and what the optimizer
 saw of the TF internals it reads."""
 import json
+import random
 
 import numpy as np
 import tensorflow as tf
@@ -14,7 +15,10 @@ import step_optimizer
 npu.global_options().precision_mode = "allow_mix_precision"
 npu.open().as_default()
 
-tf.keras.utils.set_random_seed(0)
+# the seeds tf.keras.utils.set_random_seed sets (Keras 2.7 on; TF 2.6's Keras lacks it)
+random.seed(0)
+np.random.seed(0)
+tf.random.set_seed(0)
 model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
 optimizer = npu.train.optimizer.NpuLossScaleOptimizer(step_optimizer.PlainSGD(0.01))
 
