@@ -113,7 +113,9 @@ def _build(tf):
         if proc.returncode != 0:
             if os.path.exists(partial):
                 os.remove(partial)
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            # the first errors say why; the last lines are often only notes
+            tail = [line for line in lines if "error" in line][:3] or lines[-3:]
             _remember_failure(failed, "compiler exit %d: %s" % (proc.returncode, " | ".join(tail)))
         os.replace(partial, target)
     return target

@@ -11,8 +11,17 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/public/version.h"
+// version.h defines TF_MAJOR_VERSION / TF_MINOR_VERSION up to TensorFlow 2.20; later releases
+// (2.21) no longer do, and have every newer API used below.
+#if defined(TF_MAJOR_VERSION)
+#define NLS_TF_BEFORE(major, minor) \
+  (TF_MAJOR_VERSION < (major) || (TF_MAJOR_VERSION == (major) && TF_MINOR_VERSION < (minor)))
+#else
+#define NLS_TF_BEFORE(major, minor) 0
+#endif
+
 // ThreadPool's header moved from lib/core (TensorFlow 1.x) to platform (2.x).
-#if TF_MAJOR_VERSION < 2
+#if NLS_TF_BEFORE(2, 0)
 #include "tensorflow/core/lib/core/threadpool.h"
 #else
 #include "tensorflow/core/platform/threadpool.h"
@@ -20,7 +29,7 @@
 
 // TensorFlow's Status became absl::Status in 2.13; 1.15 and 2.6 (the releases of Ascend's TF1
 // and TF2 adapters) have its own class.
-#if TF_MAJOR_VERSION < 2 || (TF_MAJOR_VERSION == 2 && TF_MINOR_VERSION < 13)
+#if NLS_TF_BEFORE(2, 13)
 #define NLS_OK() ::tensorflow::Status::OK()
 #define NLS_INVALID_ARGUMENT(message) ::tensorflow::errors::InvalidArgument(message)
 #else
