@@ -9,6 +9,9 @@
   in a fresh graph run by a Session on 1.15, variables initialised (a test written once for both).
 * ``restore_shape_error(saved, own, name)``: the text of the ``ValueError`` a restore raises for a
   variable whose saved shape differs, as a regex.
+* ``graph_session()``/``initialise_variables()``: nothing eagerly; on 1.15 a fresh graph with a
+  Session as the default (for the package's methods that read and write variables), and the
+  initialisation of the variables created so far.
 * ``control_flow(v2)``: builds under v1 or v2 control flow and restores what was set before
   (2.x defaults to v2, 1.15 to v1). On 1.15, v2 control flow skips the test: it is an opt-in
   preview there (TF1 scripts build v1 ``cond``/``while_loop``), and the package does not support
@@ -38,6 +41,24 @@ def evaluate(build):
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             return sess.run(out)
+
+
+@contextlib.contextmanager
+def graph_session():
+    """Eagerly (TensorFlow 2): nothing. Otherwise (1.15): a fresh graph and a Session as the
+    default inside the block, so that methods needing a session (``load_state_dict``,
+    ``state_dict``) find it."""
+    if tf.executing_eagerly():
+        yield
+        return
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess, sess.as_default():
+        yield
+
+
+def initialise_variables():
+    """Initialises the variables created so far in the default Session's graph (no-op eagerly)."""
+    if not tf.executing_eagerly():
+        tf.compat.v1.get_default_session().run(tf.compat.v1.global_variables_initializer())
 
 
 @contextlib.contextmanager
