@@ -15,6 +15,9 @@ from npu_loss_scale._compat import keras as compat_keras
 KERAS3 = compat_keras.is_keras3()
 OPTIMIZER_V2_ONLY = not KERAS3 and compat_keras.keras2_classes().optimizer is None
 NO_LEGACY_REASON = "Keras 3 has no legacy (OptimizerV2) optimizers"
+# Keras 2.6 has one optimizer family (OptimizerV2): no legacy/new split to convert between
+NO_SPLIT_REASON = ("Keras 2.6 has no legacy/new optimizer split (OptimizerV2 only): "
+                   "convert_to_legacy_optimizer does not exist there")
 
 # where OptimizerV2 optimizers are, as source text (for scripts run in a subprocess) and as a module
 LEGACY_OPTIMIZERS = "tf.keras.optimizers" if OPTIMIZER_V2_ONLY else "tf.keras.optimizers.legacy"
@@ -28,3 +31,10 @@ NO_JIT = ({"jit_compile": False}
 def legacy_optimizers():
     """The module of Keras's ``OptimizerV2`` optimizers (Keras 2 only)."""
     return tf.keras.optimizers if OPTIMIZER_V2_ONLY else tf.keras.optimizers.legacy
+
+
+def optimizer_variables(opt):
+    """An optimizer's variables as a list: a method of ``OptimizerV2`` (Keras 2.6 and the legacy
+    family), a property of Keras 2.11+'s new optimizers and of Keras 3's."""
+    variables = opt.variables
+    return list(variables() if callable(variables) else variables)

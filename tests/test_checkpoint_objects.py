@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from tf_versions import tf2_only
 
 
 def _npu():
@@ -22,6 +23,7 @@ def _megatron():
                                                                      10, 2))
 
 
+@tf2_only
 @pytest.mark.parametrize("make", [_npu, _megatron], ids=["npu", "megatron"])
 def test_object_checkpoint_saves_each_slot_once_and_restores_it(make, tmp_path):
     v = tf.Variable([1.0, 2.0])

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from npu_loss_scale import _kernels, reference
+from tf_versions import tf2_only
 
 W0 = np.array([1.0, -2.0, 0.75], np.float32)
 C = np.array([0.5, -0.25, 0.875], np.float32)    # the gradient of sum(C * w); C * 2**127 is finite
@@ -75,6 +76,7 @@ def test_a_dynamic_manager_growing_to_2_127_keeps_applying(fused):
     np.testing.assert_array_equal(w, _expected(2.0 ** 127, steps=3))
 
 
+@tf2_only
 @pytest.mark.parametrize("exponent", EXPONENTS)
 def test_npu_optimizer_in_a_tf_function(exponent, fused):
     scale = 2.0 ** exponent
@@ -126,6 +128,7 @@ def test_megatron_dynamic_scaler_growing_to_2_127_keeps_applying(fused):
 
 
 # -- GradScaler -----------------------------------------------------------------------------
+@tf2_only
 @pytest.mark.parametrize("exponent", EXPONENTS)
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
 @pytest.mark.parametrize("explicit_unscale", [False, True], ids=["step", "unscale_then_step"])
@@ -149,6 +152,7 @@ def test_grad_scaler_applies_the_true_gradient(exponent, traced, explicit_unscal
 
 
 # -- Keras ----------------------------------------------------------------------------------
+@tf2_only
 @pytest.mark.parametrize("exponent", EXPONENTS)
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_keras_optimizer_applies_the_true_gradient(exponent, dynamic):

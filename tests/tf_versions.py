@@ -7,12 +7,18 @@
 * ``BASE_OPTIMIZER``: the class the package's optimizer subclasses on this TensorFlow.
 * ``evaluate(build)``: the NumPy values of the tensors ``build()`` returns, eagerly on 2.x and
   in a fresh graph run by a Session on 1.15, variables initialised (a test written once for both).
+* ``restore_shape_error(saved, own, name)``: the text of the ``ValueError`` a restore raises for a
+  variable whose saved shape differs, as a regex.
+* ``graph_session()``/``initialise_variables()``: nothing eagerly; on 1.15 a fresh graph with a
+  Session as the default (for the package's methods that read and write variables), and the
+  initialisation of the variables created so far.
 * ``control_flow(v2)``: builds under v1 or v2 control flow and restores what was set before
   (2.x defaults to v2, 1.15 to v1). On 1.15, v2 control flow skips the test: it is an opt-in
   preview there (TF1 scripts build v1 ``cond``/``while_loop``), and the package does not support
   it on 1.15 (a v2 ``while_loop`` body cannot reach the emulated register built outside it).
 """
 import contextlib
+import re
 
 import pytest
 import tensorflow as tf
@@ -35,6 +41,24 @@ def evaluate(build):
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             return sess.run(out)
+
+
+@contextlib.contextmanager
+def graph_session():
+    """Eagerly (TensorFlow 2): nothing. Otherwise (1.15): a fresh graph and a Session as the
+    default inside the block, so that methods needing a session (``load_state_dict``,
+    ``state_dict``) find it."""
+    if tf.executing_eagerly():
+        yield
+        return
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess, sess.as_default():
+        yield
+
+
+def initialise_variables():
+    """Initialises the variables created so far in the default Session's graph (no-op eagerly)."""
+    if not tf.executing_eagerly():
+        tf.compat.v1.get_default_session().run(tf.compat.v1.global_variables_initializer())
 
 
 @contextlib.contextmanager
@@ -61,3 +85,18 @@ tf2_only = pytest.mark.skipif(TF1, reason="TF 2 only: eager execution / tf.funct
 # attributes rather than inputs (the package uses it there; this marks tests of V2's layout).
 collective_v2_only = pytest.mark.skipif(TF1, reason="CollectiveReduceV2's layout (timeout, keys "
                                                     "as inputs): TF 1.15 has CollectiveReduce")
+
+
+# The supported stacks below 2.15 (1.15, 2.6) word a restore's shape mismatch with the two shapes
+# alone; 2.15 and later also name the variable.
+_RESTORE_NAMES_VARIABLE = tuple(int(p) for p in tf.__version__.split(".")[:2]) >= (2, 15)
+
+
+def restore_shape_error(saved, own, name):
+    """A regex for the ``ValueError`` a checkpoint restore raises when the saved tensor's shape
+    ``saved`` (a tuple) differs from the variable's ``own``; ``name`` is the variable's name,
+    e.g. ``"scale:0"``, which the message holds where this TensorFlow says it."""
+    if _RESTORE_NAMES_VARIABLE:
+        return r"shape %s .*shape %s and name %s" % (re.escape(str(saved)), re.escape(str(own)),
+                                                      re.escape(name))
+    return r"Shapes %s and %s are incompatible" % (re.escape(str(own)), re.escape(str(saved)))
