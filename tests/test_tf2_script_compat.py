@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_versions import LEGACY_CLASS_NAME, legacy_optimizers
+from keras_versions import (LEGACY_CLASS_NAME, NO_SPLIT_REASON, OPTIMIZER_V2_ONLY,
+                            legacy_optimizers)
 from npu_loss_scale import detection, emulation
 from npu_loss_scale.ascend import tf24
 
@@ -234,6 +235,7 @@ def test_npu_device_optimizer_around_a_legacy_optimizer_keeps_the_rank_agreement
 
 
 @pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+@pytest.mark.skipif(OPTIMIZER_V2_ONLY, reason=NO_SPLIT_REASON)
 def test_npu_device_optimizer_converts_to_its_legacy_class_with_the_rank_agreement(npu_shim):  # pylint: disable=unused-argument
     """Keras 2's convert_to_legacy_optimizer gives npu_device's legacy class (not a string, not
     the package's class without the agreement), around the converted inner optimizer."""
