@@ -147,7 +147,8 @@ _TF1_SCRIPT = textwrap.dedent("""
     from npu_bridge.estimator.npu.npu_loss_scale_manager import ExponentialUpdateLossScaleManager
 
     x = tf.placeholder(tf.float32, [None, 4])
-    loss = tf.reduce_mean(tf.square(tf.layers.dense(x, 1)))
+    w = tf.get_variable("w", initializer=tf.ones([4, 1]))   # (tf.layers is gone with Keras 3)
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
     mgr = ExponentialUpdateLossScaleManager(init_loss_scale=2 ** 10, incr_every_n_steps=2,
                                             decr_every_n_nan_or_inf=1)
     opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.01), mgr)
