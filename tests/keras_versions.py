@@ -38,3 +38,14 @@ def optimizer_variables(opt):
     family), a property of Keras 2.11+'s new optimizers and of Keras 3's."""
     variables = opt.variables
     return list(variables() if callable(variables) else variables)
+
+
+def custom_step(opt, var, loss_fn):
+    """One step of a custom loop, in the form the Keras version documents."""
+    with tf.GradientTape() as tape:
+        loss = loss_fn()
+        scaled = opt.scale_loss(loss) if KERAS3 else opt.get_scaled_loss(loss)
+    grads = tape.gradient(scaled, [var])
+    if not KERAS3:
+        grads = opt.get_unscaled_gradients(grads)
+    opt.apply_gradients(list(zip(grads, [var])))

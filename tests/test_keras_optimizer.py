@@ -12,6 +12,7 @@ from npu_loss_scale.keras import NpuLossScaleOptimizer
 
 from keras_versions import (KERAS3, LEGACY_CLASS_NAME, LEGACY_OPTIMIZERS, NO_JIT,
                             NO_LEGACY_REASON, OPTIMIZER_V2_ONLY, legacy_optimizers)
+from keras_versions import custom_step as _custom_step
 
 
 @pytest.fixture
@@ -19,17 +20,6 @@ def mixed_float16():
     tf.keras.mixed_precision.set_global_policy("mixed_float16")
     yield
     tf.keras.mixed_precision.set_global_policy("float32")
-
-
-def _custom_step(opt, var, loss_fn):
-    """One step of a custom loop, in the form the Keras version documents."""
-    with tf.GradientTape() as tape:
-        loss = loss_fn()
-        scaled = opt.scale_loss(loss) if KERAS3 else opt.get_scaled_loss(loss)
-    grads = tape.gradient(scaled, [var])
-    if not KERAS3:
-        grads = opt.get_unscaled_gradients(grads)
-    opt.apply_gradients(list(zip(grads, [var])))
 
 
 def _saturating_loss(var, mult):

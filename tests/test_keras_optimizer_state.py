@@ -12,23 +12,13 @@ import tensorflow as tf
 from npu_loss_scale.keras import NpuLossScaleOptimizer
 from keras_versions import (NO_JIT, NO_SPLIT_REASON, OPTIMIZER_V2_ONLY, legacy_optimizers,
                             optimizer_variables)
+from keras_versions import custom_step as _step
 
 KERAS3 = hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 NO_LEGACY = pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
 # The scale and counter variables as each Keras version names them.
 SCALE_NAME, COUNTER_NAME = ("dynamic_scale", "step_counter") if KERAS3 else \
     ("current_loss_scale", "good_steps")
-
-
-def _step(opt, var, loss_fn):
-    """One step of a custom loop, in the form the Keras version documents."""
-    with tf.GradientTape() as tape:
-        loss = loss_fn()
-        scaled = opt.scale_loss(loss) if KERAS3 else opt.get_scaled_loss(loss)
-    grads = tape.gradient(scaled, [var])
-    if not KERAS3:
-        grads = opt.get_unscaled_gradients(grads)
-    opt.apply_gradients(list(zip(grads, [var])))
 
 
 def _scale_variable(opt):
