@@ -26,7 +26,6 @@ import tensorflow as tf
 LARGEST_PLAIN_SCALE = 2.0 ** 126
 #: Above it, the gradient is first multiplied by ``2**-SPLIT_EXPONENT``.
 SPLIT_EXPONENT = 64
-_FUSED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 class Reciprocal:
@@ -78,8 +77,8 @@ def unscale_values(values, reciprocal):
     reorders a chain ``(x * a) * b`` of two ``Mul`` into ``x * (a * b)``, and ``a * b`` is the
     subnormal reciprocal that flushes to zero.
     """
-    if values.dtype in _FUSED_DTYPES:
-        from . import _kernels  # pylint: disable=import-outside-toplevel
+    from . import _kernels  # pylint: disable=import-outside-toplevel
+    if values.dtype.name in _kernels.FUSED_DTYPES:
         fused = _kernels.load_unscale_check()
         if fused is not None:
             return fused.nls_unscale_and_check(values, reciprocal.factors)[0]

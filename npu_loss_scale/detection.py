@@ -60,8 +60,6 @@ class Unscaled:  # pylint: disable=too-few-public-methods
         self.values = values
 
 
-_FUSED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
-
 
 def nonfinite_flag(grads, readers=None, reciprocal=None):
     """float32 scalar: 1 when some gradient holds an inf or a NaN, else 0 (None entries ignored).
@@ -87,7 +85,7 @@ def nonfinite_flag(grads, readers=None, reciprocal=None):
     sums = []
     for values in emulation.floating_values(grads):
         key = id(values)
-        if fused is not None and values.dtype in _FUSED_DTYPES:
+        if fused is not None and values.dtype.name in _kernels.FUSED_DTYPES:
             unscaled, check = fused.nls_unscale_and_check(values, reciprocal.factors)
             sums.append(check)
             readers[key] = Unscaled(unscaled)

@@ -41,6 +41,9 @@ import warnings
 
 from .._compat import kernel_build
 
+#: The dtypes the op takes (its attribute ``T``), by name.
+FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
 ENV_MODE = "NPU_LOSS_SCALE_FUSED_UNSCALE"
 ENV_CACHE = "NPU_LOSS_SCALE_CACHE"
 MODES = ("auto", "on", "off")
