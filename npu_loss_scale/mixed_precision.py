@@ -286,14 +286,18 @@ class MegatronMixedPrecisionOptimizer(NPULossScaleOptimizer):
         step is still refused.
       clip_grad: clip the unscaled gradients to this global L2 norm on finite steps; 0 = off.
       log_num_zeros_in_grad: build :attr:`num_zeros_in_grad`.
-      fp16, bf16: the model's half type, as Megatron's flags (at most one may be True);
-        ``fp16`` requires a grad scaler.
+      fp16: the model's half type is float16, as Megatron's flag (at most one of ``fp16`` and
+        ``bf16`` may be True); requires a grad scaler.
+      bf16: the model's half type is bfloat16, as Megatron's flag.
       main_params: float32 main copies for float16/bfloat16 variables (default True; Megatron
         always keeps them).
-      is_distributed, backend, agreement, summaries, name: as for
-        :class:`~npu_loss_scale.NPULossScaleOptimizer`; ``summaries=True`` adds
+      is_distributed: as for :class:`~npu_loss_scale.NPULossScaleOptimizer`.
+      backend: as for :class:`~npu_loss_scale.NPULossScaleOptimizer`.
+      agreement: as for :class:`~npu_loss_scale.NPULossScaleOptimizer`.
+      summaries: as for :class:`~npu_loss_scale.NPULossScaleOptimizer`; also adds
         ``npu_loss_scale/grad_norm`` and (with ``log_num_zeros_in_grad``)
         ``npu_loss_scale/num_zeros_in_grad``.
+      name: as for :class:`~npu_loss_scale.NPULossScaleOptimizer`.
     """
 
     def __init__(self, optimizer, grad_scaler=None, *, clip_grad=0.0, log_num_zeros_in_grad=False,

@@ -1035,13 +1035,13 @@ def _counts():
             len(_STATE_INTACT))
 
 
-def test_readme_figures_are_those_of_the_table():
-    with open(os.path.join(HERE, os.pardir, "README.md"), encoding="utf-8") as f:
+def test_reliability_page_figures_are_those_of_the_table():
+    with open(os.path.join(HERE, os.pardir, "docs", "reliability.md"), encoding="utf-8") as f:
         text = " ".join(f.read().split())
     match = re.search(r"one table of (\d+) kinds of bad input over (\d+) public entry points.*?"
                       r"(\d+) raise a clear error, (\d+) exit the command line with a message, "
                       r"(\d+) are handled correctly, and (\d+) failed loads or restores", text)
-    assert match, "README's 'Bad inputs' section lost its figures"
+    assert match, "docs/reliability.md's 'Bad inputs' section lost its figures"
     assert tuple(int(g) for g in match.groups()) == _counts()
 
 

@@ -1,6 +1,6 @@
 """A seeded slice of the fuzz campaign (scripts/fuzz_campaign.py), and proof that it can fail.
 
-The full campaign (10,000 steps) is one command, see README "Reliability"; this slice runs a few
+The full campaign (10,000 steps) is one command, see docs/reliability.md; this slice runs a few
 hundred steps over every front end with a fixed seed.
 """
 import io

@@ -207,7 +207,7 @@ def _saturated_forward(scaler, var):
 
 def test_main_thread_unscale_then_submit_sees_the_register(
         clean_register):  # pylint: disable=redefined-outer-name,unused-argument
-    # README's pattern (unscale_ on the main thread, clip, submit the step): the overflow the
+    # The GradScaler guide's pattern (unscale_ on the main thread, clip, submit the step): the overflow the
     # register holds must skip the step and back off, as without the thread.
     var = tf.Variable([0.0])
     opt = tf.keras.optimizers.SGD(1.0)

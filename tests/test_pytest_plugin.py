@@ -276,21 +276,32 @@ def test_a_users_ascend_script_is_tested_in_a_few_lines(pytester):
         "32768, skipped steps 0, global step 1*"])
 
 
-def _readme_test():
-    with open(os.path.join(HERE, "..", "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    start = text.index("### Testing your own Ascend scripts with pytest")
-    end = text.index("\n### ", start + 1)
-    blocks = re.findall(r"```python\n(.*?)```", text[start:end], re.S)
+def _guide_test():
+    with open(os.path.join(HERE, "..", "docs", "guides", "testing.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
     assert len(blocks) == 1
     return blocks[0]
 
 
-def test_the_readme_example_passes_as_written(pytester):
-    """The README's test, with tests/scripts/ascend_user_train.py as its train.py."""
+def test_the_guide_example_passes_as_written(pytester):
+    """The testing guide's test (once the README's), with tests/scripts/ascend_user_train.py as
+    its train.py."""
     with open(USER_SCRIPT, encoding="utf-8") as f:
         pytester.path.joinpath("train.py").write_text(f.read(), encoding="utf-8")
-    result = _run_inner(pytester, test_train=_readme_test())
+    result = _run_inner(pytester, test_train=_guide_test())
+    result.assert_outcomes(passed=1)
+
+
+def test_the_readme_quick_start_test_passes_with_the_readme_script(pytester):
+    """README's quick start: its Ascend script as train.py and its pytest test beside it."""
+    sys.path.insert(0, HERE)
+    try:
+        from test_readme_quickstart import quick_start  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(HERE)
+    train, test = quick_start()[0][:2]
+    pytester.path.joinpath("train.py").write_text(train, encoding="utf-8")
+    result = _run_inner(pytester, test_train=test)
     result.assert_outcomes(passed=1)
 
 

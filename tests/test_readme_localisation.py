@@ -1,4 +1,5 @@
-"""The README's "Finding the overflow" examples run and print what their comments say."""
+"""The examples of docs/guides/localisation.md ("Finding the overflow", once a README section)
+run and print what their comments say."""
 import os
 import re
 import subprocess
@@ -10,11 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _blocks():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    start = text.index("### Finding the overflow")
-    end = text.index("\n### ", start + 1)
-    return re.findall(r"```python\n(.*?)```", text[start:end], re.S)
+    with open(os.path.join(ROOT, "docs", "guides", "localisation.md"), encoding="utf-8") as f:
+        return re.findall(r"```python\n(.*?)```", f.read(), re.S)
 
 
 def test_readme_has_the_localisation_and_advisor_examples():

@@ -1,4 +1,5 @@
-"""The README's Megatron section: every example in it runs as written, in one graph."""
+"""The Megatron guide (docs/guides/megatron.md, once the README's Megatron section): every example
+in it runs as written, in one graph."""
 import os
 import re
 
@@ -7,16 +8,13 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
-TITLE = "### Megatron-LM's grad scalers and mixed-precision optimizer"
+GUIDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "guides",
+                     "megatron.md")
 
 
 def _section_examples():
-    with open(README) as f:
-        text = f.read()
-    start = text.index(TITLE)
-    end = text.index("\n### ", start + len(TITLE))
-    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
+    with open(GUIDE, encoding="utf-8") as f:
+        return re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
 
 
 def test_every_example_of_the_megatron_section_runs():
@@ -29,7 +27,7 @@ def test_every_example_of_the_megatron_section_runs():
                      "loss": tf.reduce_sum(tf.square(w)),
                      "loss16": tf.reduce_sum(tf.square(tf.cast(w16, tf.float32)))}
         for code in examples:
-            exec(compile(code, README, "exec"), namespace)  # pylint: disable=exec-used
+            exec(compile(code, GUIDE, "exec"), namespace)  # pylint: disable=exec-used
         assert np.isfinite(namespace["norm"]) and namespace["zeros"] == 0
         assert sess.run(namespace["scaler"].scale) == 2.0 ** 16
         halving = namespace["HalvingScaler"](8.0)

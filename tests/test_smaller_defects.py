@@ -37,8 +37,13 @@ def test_docs_no_longer_claim_managers_work_with_tensorflows_own_optimizer():
         sess.run(train)
         assert sess.run(mgr.get_loss_scale()) == 8.0          # never updated
     texts = [policy.__doc__, policy.LossScaleManager.__doc__]
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
-        texts.append(handle.read())
+    # the README and every documentation page (the README's usage text moved to docs/)
+    pages = [os.path.join(ROOT, "README.md")] + [
+        os.path.join(folder, name) for folder, _, names in os.walk(os.path.join(ROOT, "docs"))
+        for name in names if name.endswith(".md")]
+    for page in pages:
+        with open(page, encoding="utf-8") as handle:
+            texts.append(handle.read())
     for text in texts:
         assert "can be handed to TensorFlow's own" not in text
         assert "also works with" not in text
