@@ -42,7 +42,7 @@ def rewrite_links(markdown):
         on_site = _site_target(target)
         if on_site:
             return "[%s](%s)" % (text, on_site)
-        return text if text.strip("`") == target else "%s (`%s`)" % (text, target)
+        return "`%s`" % target if text.strip("`") == target else "%s (`%s`)" % (text, target)
 
     def reference(match):
         return match.group(1) + (_site_target(match.group(2)) or match.group(2))
