@@ -1045,6 +1045,14 @@ def test_reliability_page_figures_are_those_of_the_table():
     assert tuple(int(g) for g in match.groups()) == _counts()
 
 
+def test_readme_headline_figures_are_those_of_the_table():
+    with open(os.path.join(HERE, os.pardir, "README.md"), encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    match = re.search(r"(\d+) kinds of bad input over (\d+) entry points", text)
+    assert match, "README's results table lost the bad-input figures"
+    assert tuple(int(g) for g in match.groups()) == _counts()[:2]
+
+
 def _md(text):
     return text.replace("|", "\\|")
 
