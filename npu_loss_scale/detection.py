@@ -49,8 +49,13 @@ import tensorflow as tf
 from . import _checks, emulation, localisation
 
 ENV_VAR = "NPU_LOSS_SCALE_BACKEND"
+"""The environment variable naming the detection backend where no ``backend=`` argument does
+(exported by the package as ``BACKEND_ENV_VAR``)."""
 _as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
 BACKEND_NAMES = ("npu", "emulation", "inf_nan")
+"""The detection backends: ``npu`` reads the device's float-status register through npu_bridge,
+``emulation`` its CPU emulation (plus IEEE infs and NaNs of the gradients), ``inf_nan`` only the
+IEEE infs and NaNs."""
 
 
 class Unscaled:  # pylint: disable=too-few-public-methods
