@@ -11,8 +11,8 @@
 #   3. prints, for both, the skipped steps and the held-out accuracy.
 #
 # Defaults: N = 30, M = 200 (the main job's length). Needs the set-up of scripts/run_bert.sh
-# (it runs `run_bert.sh --setup-only` first). Output in $NLS_BERT_OUT/advise (default
-# .cache/bert/runs/advise).
+# (it runs `run_bert.sh --setup-only` first, into $PYTHON_BERT if set). Output in
+# $NLS_BERT_OUT/advise (default out/bert/advise).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -28,16 +28,14 @@ while [ $# -gt 0 ]; do
     *) pass+=("$1"); shift ;;
   esac
 done
-cache="${NLS_BERT_CACHE:-$here/.cache/bert}"
-out="${NLS_BERT_OUT:-$cache/runs}/advise"
+out="${NLS_BERT_OUT:-$here/out/bert}/advise"
 py="${PYTHON_BERT:-${NLS_VENV_ROOT:-$here/.venv}/tf215/bin/python}"
 log() { echo "[advise_bert] $*"; }
 
-if [ -z "${PYTHON_BERT:-}" ]; then
-  bash "$here/scripts/run_bert.sh" --setup-only
-fi
+bash "$here/scripts/run_bert.sh" --setup-only
 export PYTHONUNBUFFERED=1 NPU_LOSS_SCALE_BACKEND=emulation
-common=(--precision=fp16 --data_archive="$cache/vaderSentiment-3.3.2.tar.gz" --progress_bar=false)
+# the data: the pinned sdist in $NLS_BERT_CACHE (default .cache/bert), found by the example
+common=(--precision=fp16 --progress_bar=false)
 rm -rf "$out"
 mkdir -p "$out"
 

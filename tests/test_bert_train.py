@@ -26,7 +26,7 @@ pytest.importorskip("tensorflow_estimator", reason="tensorflow-estimator (TF 2.1
 TRAIN_STEPS = 120
 FLAGS = ["--precision=fp16", "--npu_bert_loss_scale=0", "--train_steps=%d" % TRAIN_STEPS,
          "--max_seq_length=48", "--batch_size=32", "--learning_rate=1e-4", "--warmup_steps=10",
-         "--log_every_n_steps=10", "--noprogress_bar"]
+         "--log_every_n_steps=10"]
 
 
 def _load_plot_script():
@@ -106,6 +106,8 @@ def test_skipped_steps_are_visible_in_the_logs_and_in_tensorboard(run):
     assert "training ended: %d iterations, %d skipped steps" % (r["iterations"],
                                                                r["skipped_steps"]) in out
     assert "held-out accuracy" in out
+    # Output to a pipe, not a terminal: no progress bar unless --progress_bar asks for one.
+    assert "step/s" not in out and "%|" not in out
     series = _load_plot_script().read_run(run["dir"])
     steps, flags = series["loss_scale/overflow"]
     assert [s for s, f in zip(steps, flags) if f > 0.5] == r["overflow_iterations"]

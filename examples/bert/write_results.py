@@ -1,7 +1,7 @@
 """Writes the results table README includes, from the runs' ``results.json`` files.
 
-    python examples/bert/write_results.py --runs=RUN_DIR_FP32,RUN_DIR_FP16 \\
-        --wall_seconds=612 --output=examples/bert/RESULTS.md
+    python examples/bert/write_results.py --runs=out/bert/fp32,out/bert/fp16 \\
+        --wall_seconds=612 --output=out/bert/RESULTS.md
 
 ``scripts/run_bert.sh`` calls it after the fp32 and fp16 runs.
 """
