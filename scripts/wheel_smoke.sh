@@ -60,10 +60,25 @@ log "installing ${tf_pins[*]} and pytest into a fresh venv (in the background)"
 ) > "$work/venv.log" 2>&1 &
 venv_job=$!
 
+# What the checkout tracks (its files on disk, less caches, when it is not a git checkout).
+tracked() {
+  if git -C "$here" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git -C "$here" ls-files -- "$@"
+  else
+    (cd "$here" && find "$@" \( -name .venv -o -name .git -o -name .cache -o -name build \
+                              -o -name dist -o -name '*.egg-info' -o -name __pycache__ \) -prune \
+                         -o -type f ! -name '*.py[co]' -print | sed 's|^\./||')
+  fi
+}
+
+# Built from a copy of the tracked files as they are on disk, as from a fresh clone: a checkout's
+# own *.egg-info (left by an editable install) would otherwise feed the sdist its old file list.
 log "building the sdist and the wheel"
+mkdir "$work/src"
+(cd "$here" && tracked . | tar -cf - -T -) | tar -xf - -C "$work/src"
 "$python" -m venv "$work/tools"
 quietly "$work/tools/bin/python" -m pip install --quiet --no-compile build twine check-wheel-contents
-"$work/tools/bin/python" -m build --outdir "$work/dist" "$here" > "$work/build.log" 2>&1 \
+"$work/tools/bin/python" -m build --outdir "$work/dist" "$work/src" > "$work/build.log" 2>&1 \
   || { tail -n 30 "$work/build.log"; fail "python -m build"; }
 sdist="$(ls "$work"/dist/*.tar.gz)"
 wheel="$(ls "$work"/dist/*.whl)"
@@ -72,14 +87,6 @@ log "built $(basename "$sdist") and $(basename "$wheel")"
 # -- 2. check -------------------------------------------------------------------------------------
 "$work/tools/bin/twine" check --strict "$sdist" "$wheel" || fail "twine check"
 "$work/tools/bin/check-wheel-contents" "$wheel" || fail "check-wheel-contents"
-# What the checkout tracks (its files on disk, less caches, when it is not a git checkout).
-tracked() {
-  if git -C "$here" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    git -C "$here" ls-files -- "$@"
-  else
-    (cd "$here" && find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.py[co]')
-  fi
-}
 # every tracked file under the given paths must be among the archive's names, with the prefix
 missing_from() {  # missing_from LISTING PREFIX PATH...
   local listing="$1" prefix="$2"; shift 2
