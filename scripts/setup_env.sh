@@ -16,6 +16,7 @@
 #                                          # third-party packages at releases for Python 3.7
 #                                          # (the scripts as written, on TF 1.15 itself)
 #
+# What each stack installs, pinned and with the reasons: requirements/<stack>.txt.
 # Environments live in .venv/<stack> inside the checkout (override with NLS_VENV_ROOT).
 # A stamp file records what was installed, so a second run with nothing changed is quick.
 set -euo pipefail

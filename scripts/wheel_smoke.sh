@@ -20,7 +20,7 @@
 # Any failure stops the run with a message saying what is missing. Nothing outside a temporary
 # folder is written (pip's cache excepted); the folder is removed at the end unless
 # NLS_SMOKE_KEEP=1. PYTHON names the interpreter (default python3; TF 2.15 needs Python 3.9-3.11).
-# Measured: 3 min 40 s wall (1 min 52 s of CPU) on 2 cores busy with other work (load about 5);
+# Measured: 2 min 51 s wall (1 min 58 s of CPU) on 2 cores shared with other work (load about 4);
 # most of it is pip installing TensorFlow, then three TensorFlow start-ups and the kernel build.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
