@@ -19,7 +19,7 @@ pytest at start-up through its entry point) costs nothing in test runs that do n
 import importlib
 import importlib.util
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> (submodule, attribute in it; None = the submodule itself)
 _EXPORTS = {

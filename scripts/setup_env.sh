@@ -16,6 +16,7 @@
 #                                          # third-party packages at releases for Python 3.7
 #                                          # (the scripts as written, on TF 1.15 itself)
 #
+# What each stack installs, pinned and with the reasons: requirements/<stack>.txt.
 # Environments live in .venv/<stack> inside the checkout (override with NLS_VENV_ROOT).
 # A stamp file records what was installed, so a second run with nothing changed is quick.
 set -euo pipefail
@@ -25,25 +26,23 @@ python="${PYTHON:-python3}"
 stacks=("$@")
 [ ${#stacks[@]} -gt 0 ] || stacks=(tf215 tf221 tf115 tf265)
 
-requirements_for() {
-  case "$1" in
-    tf215) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy<2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
-    tf221) echo "tensorflow-cpu==2.21.0 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0" ;;
-    # TF 1.15.5 wants numpy < 1.19 and h5py <= 2.10; protobuf 4 breaks its generated code. The
-    # test tools are the last releases that still support Python 3.7.
-    tf115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 typing_extensions==4.7.1 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0 matplotlib==3.5.3" ;;
-    # TF 2.6.5 with what it was released with: keras 2.6.0 and tensorflow-estimator 2.6.0 (what
-    # its keras<2.7 and tensorflow-estimator<2.7 resolve to, pinned), numpy 1.19.x (its
-    # numpy~=1.19.2), protobuf < 3.21 (its generated code predates protobuf 4), scikit-learn
-    # 1.3 (the last with wheels for NumPy 1.19 on Python 3.9), matplotlib 3.5 (the last for
-    # NumPy 1.19; the hooks' plot test needs it).
-    tf265) echo "tensorflow-cpu==2.6.5 keras==2.6.0 tensorflow-estimator==2.6.0 numpy~=1.19.2 protobuf<3.21 pytest hypothesis scikit-learn==1.3.2 tf-slim==1.1.0 matplotlib==3.5.3" ;;
-    campaign) echo "tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 numpy==1.23.5 numba<0.59 contourpy<1.2 pytest hypothesis scikit-learn==1.7.2 tf-slim==1.1.0 easydict opencv-python-headless<4.11 pandas<2.3 scikit-image<0.25 imageio pycocotools scipy<1.14 pillow<10 h5py<3.12 tqdm matplotlib<3.10 librosa<0.10 soundfile sentencepiece tensorflow-datasets==4.9.3 tensorflow-metadata==1.15.0 trimesh==4.5.3 gin-config==0.5.0 absl-py==1.4.0 tensorflow-hub==0.15.0 tensorflow-addons==0.23.0" ;;
-    # The same TF 1.15.5 pins as tf115; every other package at its last release for Python 3.7
-    # that builds against NumPy 1.18 (numba 0.56 for librosa 0.9).
-    campaign115) echo "tensorflow==1.15.5 numpy==1.18.5 protobuf==3.20.3 h5py==2.10.0 typing_extensions==4.7.1 pytest==7.4.4 hypothesis==6.79.4 scikit-learn==1.0.2 tf-slim==1.1.0 easydict==1.10 opencv-python-headless==4.6.0.66 pandas==1.3.5 scikit-image==0.19.3 PyWavelets==1.3.0 imageio==2.31.2 pycocotools==2.0.7 scipy==1.7.3 pillow==9.5.0 tqdm matplotlib==3.5.3 librosa==0.9.2 numba==0.56.4 soundfile sentencepiece==0.1.99 pyyaml==5.4.1" ;;
-    *) echo "unknown stack '$1' (accepted: tf215, tf221, tf115, tf265, campaign, campaign115)" >&2; return 2 ;;
+# What each stack installs: requirements/<stack>.txt (pins and why, with its "-r" includes).
+STACKS="tf215 tf221 tf115 tf265 campaign campaign115"
+
+requirements_file() {
+  case " $STACKS " in
+    *" $1 "*) echo "$here/requirements/$1.txt" ;;
+    *) echo "unknown stack '$1' (accepted: ${STACKS// /, })" >&2; return 2 ;;
   esac
+}
+
+# The file and every file it includes with "-r", recursively: what the stamp is computed from.
+requirement_files() {
+  local file="$1" include
+  echo "$file"
+  while read -r include; do
+    requirement_files "$(dirname "$file")/$include"
+  done < <(sed -n 's/^-r[[:space:]]*//p' "$file")
 }
 
 # The interpreter a stack is built from: TF 1.15.5 has wheels for Python 3.7 at the newest, so
@@ -81,10 +80,11 @@ find_python() {
 }
 
 for stack in "${stacks[@]}"; do
-  reqs="$(requirements_for "$stack")"
+  reqs="$(requirements_file "$stack")" || exit 2
   venv="$root/$stack"
   stamp="$venv/.nls-stamp"
-  want="$reqs|$(cat "$here/setup.py" 2>/dev/null | sha256sum | cut -c1-16)"
+  # shellcheck disable=SC2046
+  want="$stack|$(cat $(requirement_files "$reqs") "$here/pyproject.toml" | sha256sum | cut -c1-16)"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
     echo "[setup_env] $stack: up to date ($venv)"
     continue
@@ -93,16 +93,11 @@ for stack in "${stacks[@]}"; do
   echo "[setup_env] $stack: creating $venv from $interpreter"
   "$interpreter" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
-  # shellcheck disable=SC2086
-  "$venv/bin/python" -m pip install --quiet $reqs 2>&1 | grep -v "is ignored: it is neither" || true
+  "$venv/bin/python" -m pip install --quiet -r "$reqs" 2>&1 | grep -v "is ignored: it is neither" || true
   if [ "$stack" = campaign ]; then
-    # Scripts of TF 1.15's time use np.float (NumPy < 1.24, hence the numba and contourpy of
-    # that time), Image.ANTIALIAS (Pillow < 10), librosa's positional filters.mel (< 0.10) and
-    # yaml.load(text) without a Loader (PyYAML < 6); PyYAML 5.4.1 has no wheel for this Python
-    # and builds only with Cython < 3. tensorflow-datasets 4.9.3 (TF 2.15's time) with
-    # tensorflow-metadata 1.15.0: later tensorflow-metadata needs protobuf 5, TF 2.15 protobuf 4.
-    # absl-py < 2: the TF2 model-garden scripts (Ascend's Transformer, BERT) pass a string as an
-    # enum flag's values, which absl-py 2.0 rejects.
+    # Scripts of TF 1.15's time call yaml.load(text) without a Loader (PyYAML < 6); PyYAML 5.4.1
+    # has no wheel for this Python and builds only with Cython < 3 (the other pins and why:
+    # requirements/campaign.txt).
     "$venv/bin/python" -m pip install --quiet "cython<3" wheel 2>&1 | grep -v "is ignored: it is neither" || true
     "$venv/bin/python" -m pip install --quiet --no-build-isolation "pyyaml==5.4.1" 2>&1 | grep -v "is ignored: it is neither" || true
     "$venv/bin/python" -c "import yaml; assert yaml.__version__ == '5.4.1'" || { echo "[setup_env] campaign: PyYAML 5.4.1 did not build" >&2; exit 1; }
