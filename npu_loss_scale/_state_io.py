@@ -17,6 +17,8 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from ._compat import tracking
+
 _CACHE_ATTR = "_npu_loss_scale_state_io_cache"
 
 
@@ -209,3 +211,174 @@ def restored_state_check(owner_name, named, limits=None):
                  "this step was applied." % accepted], summarize=16,
             name="check_restored_" + key))
     return tf.group(*checks, name="check_restored_state")
+
+
+# -- tf.train.Checkpoint restores, all or nothing ----------------------------------------------
+class StagedState:
+    """Restores an object's state variables from a ``tf.train.Checkpoint`` all or nothing.
+
+    TensorFlow restores a checkpoint one variable at a time and checks a value's shape only
+    when it assigns it, so a wrong-shaped value is refused after the variables restored before
+    it have taken their checkpoint values. An owner that lists :attr:`children` as its
+    checkpoint children in place of its variables (see :class:`StagedChildren`) has every value
+    of one restore held back until all of them have arrived; their shapes are checked together,
+    then all are assigned, or the restore raises ``ValueError`` with none assigned.
+
+    ``children`` are saved under the variables' own keys and with their own savers, so the
+    checkpoints written and read are the same as before. One restore is one TensorFlow restore
+    uid: the owner announces the children it hands out for that uid (:meth:`expect`) and the
+    last of them to arrive applies them all. A child restored alone (no announcement: a
+    name-based restore into an object graph, say) is checked and applied on its own.
+    Values out of range (a NaN scale...) are not refused here: the owner's first step refuses
+    them, as it does after a name-based ``Saver`` restore.
+    """
+
+    def __init__(self, owner_name, named):
+        self._owner_name = owner_name
+        self.variables = dict(named)
+        self.children = {name: _StagedVariable(self, name) for name in named}
+        self._expected = {}      # restore uid -> names announced
+        self._staged = {}        # restore uid -> {name: (saveable, tensors, shapes)}
+
+    def expect(self, name, uid):
+        """The child ``name`` was handed to the restore with uid ``uid``."""
+        self._expected.setdefault(uid, set()).add(name)
+
+    def stage(self, name, uid, saveable, tensors, shapes):
+        """One child's restored value: applies the whole restore when it is the last."""
+        expected = self._expected.get(uid, ())
+        if name not in expected:
+            return self._apply({name: (saveable, tensors, shapes)})
+        staged = self._staged.setdefault(uid, {})
+        staged[name] = (saveable, tensors, shapes)
+        if not expected <= set(staged):
+            return tf.no_op() if not tf.executing_eagerly() else None
+        for old in [u for u in self._expected if u <= uid]:
+            self._expected.pop(old, None)
+            self._staged.pop(old, None)
+        return self._apply(staged)
+
+    def _apply(self, staged):
+        """Checks every value's shape, then restores them all through the variables' own
+        savers; raises before any is assigned when one does not fit."""
+        if tf.executing_eagerly():
+            wrong = [self._describe(name, tensors[0]) for name, (_, tensors, _) in staged.items()
+                     if tensors[0].shape != self.variables[name].shape]
+            if wrong:
+                raise ValueError(
+                    "%s: the checkpoint being restored holds %s. Nothing was restored into "
+                    "%s's state (%s): restore a checkpoint this object wrote."
+                    % (self._owner_name, "; ".join(wrong), self._owner_name,
+                       ", ".join(sorted(n.lstrip("_") for n in self.variables))))
+            for saveable, tensors, shapes in staged.values():
+                saveable.restore(tensors, shapes)
+            return None
+        checks = [self._shape_check(name, tensors[0])
+                  for name, (_, tensors, _) in staged.items()]
+        restores = []
+        with tf.control_dependencies(checks):
+            for saveable, tensors, shapes in staged.values():
+                restores.append(saveable.restore([tf.identity(t) for t in tensors], shapes))
+        return tf.group(*restores)
+
+    def _accepted(self, name):
+        variable = self.variables[name]
+        return "shape %s (%s)" % (tuple(variable.shape.as_list()), variable.dtype.name)
+
+    def _describe(self, name, value):
+        shown = np.array2string(np.asarray(value), threshold=8, separator=" ")
+        return "shape %s for %s (%s); accepted: %s" % (
+            tuple(value.shape.as_list()), name.lstrip("_"), shown, self._accepted(name))
+
+    def _shape_check(self, name, value):
+        """Graph mode: an op that fails the restore when ``value``'s shape is not the
+        variable's (checked from the data: the file's shape is not known while building)."""
+        shape = self.variables[name].shape.as_list()
+        found = tf.shape(value)
+        ok = tf.cond(tf.equal(tf.size(found), len(shape)),
+                     lambda: tf.reduce_all(tf.equal(found, tf.constant(shape, found.dtype))),
+                     lambda: tf.constant(False))
+        return tf.debugging.Assert(
+            ok, ["%s: the checkpoint being restored holds shape" % self._owner_name, found,
+                 "for %s; accepted: %s. Nothing was restored into its state: restore a "
+                 "checkpoint this object wrote." % (name.lstrip("_"), self._accepted(name))],
+            name="check_restored_shape")
+
+
+class _StagedVariable(tracking.Trackable):
+    """A state variable's stand-in in checkpoints: saved with the variable's own saver, under
+    the same key; restored through :meth:`StagedState.stage`."""
+
+    def __init__(self, state, name):
+        self._npu_state = state
+        self._npu_name = name
+
+    def _gather_saveables_for_checkpoint(self):
+        return {tracking.VARIABLE_VALUE_KEY: self._saveable}
+
+    def _saveable(self, name):
+        variable = self._npu_state.variables[self._npu_name]
+        own, = tracking.saveable_object_util.saveable_objects_for_op(variable, name)
+        return _StagingSaveable(self, own)
+
+    def _stage(self, saveable, tensors, shapes):
+        uid = getattr(self, "_self_update_uid", None)
+        return self._npu_state.stage(self._npu_name, uid, saveable, tensors, shapes)
+
+
+class _StagingSaveable(tracking.saveable_object.SaveableObject):
+    """The variable's own saveable, whose restore hands the value to the stand-in."""
+
+    def __init__(self, child, own):
+        super().__init__(own.op, own.specs, own.name)
+        self._child = child
+        self._own = own
+
+    def restore(self, restored_tensors, restored_shapes):
+        return self._child._stage(self._own, restored_tensors, restored_shapes)  # pylint: disable=protected-access
+
+
+class StagedChildren:
+    """Mixin for a ``Trackable`` (before its base): the :class:`StagedState` that
+    :meth:`_staged_state` returns (None: none yet) gives the checkpoint children of the state
+    variables, in place of the variables (a SavedModel keeps the variables)."""
+
+    def _staged_state(self):
+        return None
+
+    def _staged_children(self):
+        state = self._staged_state()
+        return state.children if state is not None else {}
+
+    def _expect_child(self, name):
+        state = self._staged_state()
+        if state is None or name not in state.children:
+            return None
+        state.expect(name, getattr(self, "_self_update_uid", None))
+        return state.children[name]
+
+    if tracking.CHILDREN_API:
+        def _trackable_children(self, save_type="checkpoint", **kwargs):
+            children = dict(super()._trackable_children(save_type, **kwargs))
+            if save_type == "checkpoint":
+                children.update(self._staged_children())
+            return children
+
+        def _lookup_dependency(self, name, cached_dependencies=None):
+            child = self._expect_child(name)
+            if child is not None:
+                return child
+            return super()._lookup_dependency(name, cached_dependencies)
+    else:
+        @property
+        def _checkpoint_dependencies(self):
+            staged = self._staged_children()
+            kept = [ref for ref in super()._checkpoint_dependencies if ref.name not in staged]
+            return kept + [tracking.TrackableReference(name, child)
+                           for name, child in staged.items()]
+
+        def _lookup_dependency(self, name):
+            child = self._expect_child(name)
+            if child is not None:
+                return child
+            return super()._lookup_dependency(name)

@@ -61,7 +61,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from .. import _checks
+from .. import _checks, _state_io
 from .._compat.ops import where
 from .._unscale import Reciprocal
 from ._overflow import OverflowCheck
@@ -205,7 +205,7 @@ class _PlainState:
     """Holds the scaler's Python bookkeeping outside tf.Module's attribute tracking."""
 
 
-class GradScaler(tf.Module):
+class GradScaler(_state_io.StagedChildren, tf.Module):
     """Loss scaling for TensorFlow 2 loops with ``torch.amp.GradScaler``'s interface and rules.
 
     See the module docstring for the rules and an example, and docs/grad_scaler.md for the
@@ -258,6 +258,15 @@ class GradScaler(tf.Module):
                                                    trainable=False, name="backoff_factor")
                 self._growth_interval = tf.Variable(growth_interval, dtype=tf.int32,
                                                     trainable=False, name="growth_interval")
+            # A tf.train.Checkpoint restores the five all or nothing (see _state_io.StagedState).
+            py.staged = _state_io.StagedState("GradScaler", {
+                "_scale": self._scale, "_growth_tracker": self._growth_tracker,
+                "_growth_factor": self._growth_factor, "_backoff_factor": self._backoff_factor,
+                "_growth_interval": self._growth_interval})
+
+    def _staged_state(self):
+        py = self.__dict__.get("_py")
+        return getattr(py, "staged", None)
 
     # -- checks ---------------------------------------------------------------------------------
     @staticmethod
