@@ -22,6 +22,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from keras_versions import (KERAS3, NO_LEGACY_REASON, OPTIMIZER_V2_ONLY, custom_step,
+                            legacy_optimizers)
 from test_restored_state import _tamper
 from tf_versions import tf2_only
 
@@ -223,3 +225,55 @@ def test_a_grad_scaler_checkpoint_written_without_the_package_restores(tmp_path)
     tf.train.Checkpoint(scaler=scaler).read(path).assert_consumed()
     assert scaler.state_dict() == {"scale": 64.0, "growth_factor": 1.5, "backoff_factor": 0.125,
                                    "growth_interval": 11, "_growth_tracker": 3}
+
+
+# -- Keras 2's loss-scale optimizer: the package's loss-scale state ------------------------------
+def _keras2_optimizer(inner, saved=False):
+    from npu_loss_scale.keras import NpuLossScaleOptimizer   # pylint: disable=import-outside-toplevel
+    opt = NpuLossScaleOptimizer(inner(), initial_scale=2.0 ** (20 if saved else 10),
+                                dynamic_growth_steps=50)
+    if saved:
+        var = tf.Variable([1.0, 2.0])
+        custom_step(opt, var, lambda: tf.reduce_sum(var * var))   # good_steps 1
+    return opt
+
+
+def _keras2_inners():
+    """Keras 2.6: OptimizerV2 only; Keras 2.11-2.15: the legacy family and the new one."""
+    inners = [lambda: legacy_optimizers().SGD(0.1)]
+    if not OPTIMIZER_V2_ONLY:
+        inners.append(lambda: tf.keras.optimizers.SGD(0.1))
+    return inners
+
+
+def _keras2_state(opt):
+    state = opt._loss_scale   # pylint: disable=protected-access
+    return {"current_loss_scale": float(state.current_loss_scale.numpy()),
+            "good_steps": int(state.counter.numpy()),
+            "last_step_finite": bool(state._last_step_finite.numpy())}   # pylint: disable=protected-access
+
+
+KERAS2_KEPT = {"current_loss_scale": 1024.0, "good_steps": 0, "last_step_finite": True}
+
+
+@pytest.mark.skipif(KERAS3, reason=NO_LEGACY_REASON)
+@pytest.mark.parametrize("child", ["current_loss_scale", "good_steps", "last_step_finite"])
+def test_keras2_a_wrong_shaped_loss_scale_state_is_refused_with_nothing_restored(child,
+                                                                               tmp_path):
+    """Keras 3's own optimizer variables are the scale and counter there; see docs/keras.md."""
+    for i, inner in enumerate(_keras2_inners()):
+        saved = _keras2_optimizer(inner, saved=True)
+        assert _keras2_state(saved)["good_steps"] == 1
+        good = tf.train.Checkpoint(obj=saved).write(str(tmp_path / ("good%d" % i)))
+        key = next(k for k in tf.train.load_checkpoint(good).get_variable_to_shape_map()
+                   if k.endswith("loss_scale/%s%s" % (child, _SUFFIX)))
+        bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                      str(tmp_path / ("bad%d" % i)))
+        opt = _keras2_optimizer(inner)
+        with pytest.raises(ValueError, match=r"NpuLossScaleOptimizer: the checkpoint being "
+                                             r"restored holds shape \(2,\) for %s" % child):
+            tf.train.Checkpoint(obj=opt).read(bad)
+        assert _keras2_state(opt) == KERAS2_KEPT
+        tf.train.Checkpoint(obj=opt).read(good)
+        assert _keras2_state(opt) == {"current_loss_scale": 2.0 ** 20, "good_steps": 1,
+                                      "last_step_finite": True}
