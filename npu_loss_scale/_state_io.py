@@ -179,6 +179,15 @@ def _checked_values(owner_name, named, state_dict, limits=None):
             for k, v in named.items()}
 
 
+def _element_count(value):
+    """The number of elements of ``value``, counted from the data: TensorFlow's graph
+    optimizer would fold ``tf.size(value)`` to the declared shape of the variable the value is
+    read from or assigned to, which a restore does not enforce."""
+    flat = tf.reshape(tf.cast(value, tf.float64), [-1])
+    finite = tf.math.is_finite(flat)
+    return tf.shape(tf.where(tf.logical_or(finite, tf.logical_not(finite))))[0]
+
+
 @tf.autograph.experimental.do_not_convert   # graph building only: nothing to convert
 def restored_state_check(owner_name, named, limits=None):
     """An op that raises ``tf.errors.InvalidArgumentError`` when a state variable holds what its
@@ -198,9 +207,7 @@ def restored_state_check(owner_name, named, limits=None):
         value = tf.convert_to_tensor(var)
         flat = tf.reshape(tf.cast(value, tf.float64), [-1])
         finite = tf.math.is_finite(flat)
-        # Counted from the data: TensorFlow's graph optimizer would fold tf.size(value) to the
-        # variable's declared shape, which a Saver restore does not enforce.
-        count = tf.shape(tf.where(tf.logical_or(finite, tf.logical_not(finite))))[0]
+        count = _element_count(value)
         above = flat >= minimum if min_inclusive else flat > minimum
         ok = tf.logical_and(tf.equal(count, 1),
                             tf.reduce_all(finite & above & (flat <= maximum)))
@@ -277,8 +284,9 @@ class StagedState:
                   for name, (_, tensors, _) in staged.items()]
         restores = []
         with tf.control_dependencies(checks):
-            for saveable, tensors, shapes in staged.values():
-                restores.append(saveable.restore([tf.identity(t) for t in tensors], shapes))
+            for name, (saveable, tensors, shapes) in staged.items():
+                value = tf.reshape(tensors[0], self.variables[name].shape)
+                restores.append(saveable.restore([value], shapes))
         return tf.group(*restores)
 
     def _accepted(self, name):
@@ -291,17 +299,17 @@ class StagedState:
             tuple(value.shape.as_list()), name.lstrip("_"), shown, self._accepted(name))
 
     def _shape_check(self, name, value):
-        """Graph mode: an op that fails the restore when ``value``'s shape is not the
-        variable's (checked from the data: the file's shape is not known while building)."""
-        shape = self.variables[name].shape.as_list()
-        found = tf.shape(value)
-        ok = tf.cond(tf.equal(tf.size(found), len(shape)),
-                     lambda: tf.reduce_all(tf.equal(found, tf.constant(shape, found.dtype))),
-                     lambda: tf.constant(False))
+        """Graph mode: an op that fails the restore when ``value`` does not hold as many
+        elements as the variable (the file's shape is not known while the graph is built); the
+        value is then reshaped to the variable's shape, so one of the right size is assigned
+        in that shape."""
+        variable = self.variables[name]
         return tf.debugging.Assert(
-            ok, ["%s: the checkpoint being restored holds shape" % self._owner_name, found,
-                 "for %s; accepted: %s. Nothing was restored into its state: restore a "
-                 "checkpoint this object wrote." % (name.lstrip("_"), self._accepted(name))],
+            tf.equal(_element_count(value), variable.shape.num_elements()),
+            ["%s: the checkpoint being restored holds a value of shape" % self._owner_name,
+             tf.shape(value), "for %s; accepted: %s. Nothing was restored into its state: "
+             "restore a checkpoint this object wrote." % (name.lstrip("_"),
+                                                          self._accepted(name))],
             name="check_restored_shape")
 
 

@@ -277,3 +277,32 @@ def test_keras2_a_wrong_shaped_loss_scale_state_is_refused_with_nothing_restored
         tf.train.Checkpoint(obj=opt).read(good)
         assert _keras2_state(opt) == {"current_loss_scale": 2.0 ** 20, "good_steps": 1,
                                       "last_step_finite": True}
+
+
+# -- a tf.compat.v1 graph: the restore ops refuse it when a session runs them -------------------
+@pytest.mark.parametrize("child", ["loss_scale", "good_steps", "bad_steps"])
+def test_in_a_graph_a_wrong_shaped_value_fails_the_restore_ops_with_nothing_assigned(child,
+                                                                                    tmp_path):
+    with tf.Graph().as_default():
+        manager = nls.ExponentialUpdateLossScaleManager(2.0 ** 20, incr_every_n_steps=100)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(manager.variables[1].assign(17))
+            good = tf.compat.v1.train.Checkpoint(obj=manager).save(str(tmp_path / "good"),
+                                                                    session=sess)
+    key = "obj/%s%s" % (child, _SUFFIX)
+    bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                  str(tmp_path / "bad"))
+    with tf.Graph().as_default():
+        manager = nls.ExponentialUpdateLossScaleManager(2.0 ** 10, incr_every_n_steps=100)
+        checkpoint = tf.compat.v1.train.Checkpoint(obj=manager)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=r"ExponentialUpdateLossScaleManager: the checkpoint being "
+                                     r"restored holds a value of shape\] \[2\] \[for %s; "
+                                     r"accepted: shape \(\) " % child):
+                checkpoint.restore(bad).run_restore_ops(sess)
+            assert sess.run(manager.variables) == [1024.0, 0, 0]
+            checkpoint.restore(good).run_restore_ops(sess)
+            assert sess.run(manager.variables) == [2.0 ** 20, 17, 0]
