@@ -306,3 +306,43 @@ def test_in_a_graph_a_wrong_shaped_value_fails_the_restore_ops_with_nothing_assi
             assert sess.run(manager.variables) == [1024.0, 0, 0]
             checkpoint.restore(good).run_restore_ops(sess)
             assert sess.run(manager.variables) == [2.0 ** 20, 17, 0]
+
+
+# -- a manager whose variables are made on first use: restored when they are, all or nothing ---
+class _LazyManager(nls.LossScaleManager):
+    """A user's manager that creates its state on first use (the base class's contract)."""
+
+    def _build_state(self):
+        return {"scale_var": self._add_weight("loss_scale", 1024.0, tf.float32),
+                "good_var": self._add_weight("good_steps", 0, tf.int32), "loss_scale": None}
+
+    def get_loss_scale(self):
+        return tf.convert_to_tensor(self._state()["scale_var"])
+
+    def update_loss_scale(self, finite_grads):
+        return tf.no_op()
+
+
+def _lazy_values(manager):
+    state = manager._state()   # pylint: disable=protected-access
+    return [state["scale_var"].numpy().item(), state["good_var"].numpy().item()]
+
+
+@pytest.mark.parametrize("child", ["loss_scale", "good_steps"])
+def test_state_made_after_the_restore_is_restored_all_or_nothing(child, tmp_path):
+    saved = _LazyManager()
+    saved._state()["good_var"].assign(9)   # pylint: disable=protected-access
+    saved._state()["scale_var"].assign(64.0)   # pylint: disable=protected-access
+    good = tf.train.Checkpoint(obj=saved).write(str(tmp_path / "good"))
+    key = "obj/%s%s" % (child, _SUFFIX)
+    bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                  str(tmp_path / "bad"))
+    manager = _LazyManager()
+    tf.train.Checkpoint(obj=manager).read(bad)          # nothing to restore into yet
+    with pytest.raises(ValueError, match=r"_LazyManager: the checkpoint being restored holds "
+                                         r"shape \(2,\) for %s" % child):
+        manager.get_loss_scale()                         # the state is made, then restored
+    assert _lazy_values(manager) == [1024.0, 0]
+    later = _LazyManager()
+    tf.train.Checkpoint(obj=later).read(good)
+    assert _lazy_values(later) == [64.0, 9]
