@@ -354,9 +354,11 @@ class StagedChildren:
     def _staged_state(self):
         return None
 
-    def _staged_children(self):
+    def _staged_children(self, save_type="checkpoint"):
         state = self._staged_state()
-        return state.children if state is not None else {}
+        if state is None:
+            return {}
+        return state.children if save_type == "checkpoint" else state.variables
 
     def _expect_child(self, name):
         state = self._staged_state()
@@ -368,8 +370,7 @@ class StagedChildren:
     if tracking.CHILDREN_API:
         def _trackable_children(self, save_type="checkpoint", **kwargs):
             children = dict(super()._trackable_children(save_type, **kwargs))
-            if save_type == "checkpoint":
-                children.update(self._staged_children())
+            children.update(self._staged_children(save_type))
             return children
 
         def _lookup_dependency(self, name, cached_dependencies=None):
@@ -378,9 +379,16 @@ class StagedChildren:
                 return child
             return super()._lookup_dependency(name, cached_dependencies)
     else:
+        # TF 2.6 lists the same children for checkpoints and SavedModels; a SavedModel asks for
+        # its extra children first, then for these, which then are the variables themselves.
+        def _list_extra_dependencies_for_serialization(self, serialization_cache):
+            self.__dict__["_npu_saved_model_listing"] = True
+            return super()._list_extra_dependencies_for_serialization(serialization_cache)
+
         @property
         def _checkpoint_dependencies(self):
-            staged = self._staged_children()
+            saved_model = self.__dict__.pop("_npu_saved_model_listing", False)
+            staged = self._staged_children("savedmodel" if saved_model else "checkpoint")
             kept = [ref for ref in super()._checkpoint_dependencies if ref.name not in staged]
             return kept + [tracking.TrackableReference(name, child)
                            for name, child in staged.items()]

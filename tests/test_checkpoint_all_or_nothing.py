@@ -346,3 +346,15 @@ def test_state_made_after_the_restore_is_restored_all_or_nothing(child, tmp_path
     later = _LazyManager()
     tf.train.Checkpoint(obj=later).read(good)
     assert _lazy_values(later) == [64.0, 9]
+
+
+def test_a_saved_model_still_holds_the_state_variables(tmp_path):
+    """The stand-ins are for checkpoints only: a SavedModel keeps the variables themselves."""
+    root = tf.Module()
+    root.scaler = nls.GradScaler(init_scale=64.0)
+    root.manager = nls.ExponentialUpdateLossScaleManager(128.0, incr_every_n_steps=10)
+    tf.saved_model.save(root, str(tmp_path / "model"))
+    loaded = tf.saved_model.load(str(tmp_path / "model"))
+    assert float(loaded.scaler._scale.numpy()) == 64.0   # pylint: disable=protected-access
+    assert float(loaded.manager.loss_scale.numpy()) == 128.0
+    assert int(loaded.manager.good_steps.numpy()) == 0
