@@ -10,6 +10,10 @@ plain Python number (``float`` for floating variables, ``int`` for integer ones)
   ``RuntimeError`` says so. The variables are those of ``session.graph``, also when called
   outside ``with graph.as_default()`` (where TensorFlow reports eager execution). Loading
   builds its placeholders and assign ops once per graph and reuses them.
+
+Checkpoint restores: :func:`restored_state_check` refuses, at the first step, a restored value
+no rule can reach; :class:`StagedState` makes a ``tf.train.Checkpoint`` restore of an object's
+state all or nothing (a wrong-shaped value is refused before any variable changes).
 """
 import numbers
 import weakref
@@ -194,8 +198,8 @@ def restored_state_check(owner_name, named, limits=None):
     owner can never reach: a NaN, inf or out-of-range value, or a shape other than a scalar.
 
     Constructors and :func:`write` refuse such values, but a checkpoint restore (a name-based
-    ``tf.compat.v1.train.Saver``, ``tf.train.Checkpoint``) writes whatever the file holds,
-    shape included (a Saver does not check shapes). The owner runs this op before its scale is
+    ``tf.compat.v1.train.Saver``, ``tf.train.Checkpoint``) writes whatever the file holds (a
+    Saver does not check shapes either; :class:`StagedState` does for ``tf.train.Checkpoint``). The owner runs this op before its scale is
     used, so the first step after such a restore fails before anything is applied, with a
     message naming the variable, its value and what is accepted. ``named`` maps a checkpoint key
     to its variable; ``limits`` as in :func:`write`. In eager execution it raises right away.

@@ -19,9 +19,10 @@ Checkpoints: the variables carry Ascend's names. In a ``tf.compat.v1`` graph a p
 ``good_steps`` and ``bad_steps`` (``loss_scale_1``... for a second manager in the graph), so a
 checkpoint written on the device restores here and the other way round, with no ``var_list``
 map; ``loss_scale:0`` evaluates to the float32 scale. Object-based ``tf.train.Checkpoint``
-tracks the same names. The arithmetic is that of the Ascend adapter, in float32;
-:mod:`npu_loss_scale.reference` holds a pure-Python twin of each rule that the tests replay
-step for step.
+tracks the same names and restores them all or nothing (see
+:class:`npu_loss_scale._state_io.StagedState`). The arithmetic is that of the Ascend adapter,
+in float32; :mod:`npu_loss_scale.reference` holds a pure-Python twin of each rule that the
+tests replay step for step.
 """
 import abc
 

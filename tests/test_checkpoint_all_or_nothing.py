@@ -229,7 +229,8 @@ def test_a_grad_scaler_checkpoint_written_without_the_package_restores(tmp_path)
 
 # -- Keras 2's loss-scale optimizer: the package's loss-scale state ------------------------------
 def _keras2_optimizer(inner, saved=False):
-    from npu_loss_scale.keras import NpuLossScaleOptimizer   # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.keras import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
     opt = NpuLossScaleOptimizer(inner(), initial_scale=2.0 ** (20 if saved else 10),
                                 dynamic_growth_steps=50)
     if saved:
@@ -247,10 +248,9 @@ def _keras2_inners():
 
 
 def _keras2_state(opt):
-    state = opt._loss_scale   # pylint: disable=protected-access
-    return {"current_loss_scale": float(state.current_loss_scale.numpy()),
-            "good_steps": int(state.counter.numpy()),
-            "last_step_finite": bool(state._last_step_finite.numpy())}   # pylint: disable=protected-access
+    return {"current_loss_scale": float(opt.loss_scale.numpy()),
+            "good_steps": int(opt.dynamic_counter.numpy()),
+            "last_step_finite": bool(opt.last_step_finite.numpy())}
 
 
 KERAS2_KEPT = {"current_loss_scale": 1024.0, "good_steps": 0, "last_step_finite": True}

@@ -41,7 +41,8 @@ Rules (torch's, where RoundPipe's documentation is silent):
   ``step`` after ``unscale_`` raises ``RuntimeError`` when a gradient was computed from the scaled
   gradients given to ``unscale_`` rather than from its result (torch's in-place habit).
 * A state restored by ``tf.train.Checkpoint`` that the constructor would refuse (a NaN or zero
-  scale, a negative growth count...) fails the next ``scale``/``unscale_``/``step``/``update``.
+  scale, a negative growth count...) fails the next ``scale``/``unscale_``/``step``/``update``;
+  a value of the wrong shape fails the restore itself, before any of the five variables changes.
 * ``enabled=False``: ``scale`` returns its input, ``unscale_`` returns the gradients as given,
   ``step`` calls ``optimizer.apply_gradients`` and returns its result, ``update`` does nothing,
   ``get_scale()`` is 1.0, ``state_dict()`` is ``{}``.
