@@ -330,7 +330,12 @@ class _StagedVariable(tracking.Trackable):
 
     def _saveable(self, name):
         variable = self._npu_state.variables[self._npu_name]
-        own, = tracking.saveable_object_util.saveable_objects_for_op(variable, name)
+        # A distributed variable names its own saver; a plain one is its own saveable.
+        own = variable._gather_saveables_for_checkpoint()[tracking.VARIABLE_VALUE_KEY]  # pylint: disable=protected-access
+        if callable(own) and not isinstance(own, tf.Variable):
+            own = own(name=name)
+        else:
+            own, = tracking.saveable_object_util.saveable_objects_for_op(variable, name)
         return _StagingSaveable(self, own)
 
     def _stage(self, saveable, tensors, shapes):

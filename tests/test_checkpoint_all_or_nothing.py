@@ -22,8 +22,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from keras_versions import (KERAS3, NO_LEGACY_REASON, OPTIMIZER_V2_ONLY, custom_step,
-                            legacy_optimizers)
+from keras_versions import KERAS3, NO_LEGACY_REASON, OPTIMIZER_V2_ONLY, legacy_optimizers
 from test_restored_state import _tamper
 from tf_versions import tf2_only
 
@@ -234,8 +233,7 @@ def _keras2_optimizer(inner, saved=False):
     opt = NpuLossScaleOptimizer(inner(), initial_scale=2.0 ** (20 if saved else 10),
                                 dynamic_growth_steps=50)
     if saved:
-        var = tf.Variable([1.0, 2.0])
-        custom_step(opt, var, lambda: tf.reduce_sum(var * var))   # good_steps 1
+        opt.dynamic_counter.assign(1)
     return opt
 
 
@@ -358,3 +356,41 @@ def test_a_saved_model_still_holds_the_state_variables(tmp_path):
     assert float(loaded.scaler._scale.numpy()) == 64.0   # pylint: disable=protected-access
     assert float(loaded.manager.loss_scale.numpy()) == 128.0
     assert int(loaded.manager.good_steps.numpy()) == 0
+
+
+# -- under a tf.distribute strategy the variables are distributed ones, with their own savers ---
+def _strategy():
+    return tf.distribute.MirroredStrategy(["cpu:0"])
+
+
+def test_under_a_strategy_a_managers_refused_restore_changes_nothing(tmp_path):
+    with _strategy().scope():
+        saved = _exponential(saved=True)
+        manager = _exponential()
+    good = tf.train.Checkpoint(obj=saved).write(str(tmp_path / "good"))
+    key = "obj/loss_scale" + _SUFFIX
+    bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                  str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match=r"holds shape \(2,\) for loss_scale"):
+        tf.train.Checkpoint(obj=manager).read(bad)
+    assert _values(manager) == EXPONENTIAL_KEPT
+    tf.train.Checkpoint(obj=manager).read(good)
+    assert _values(manager) == {"loss_scale": 2.0 ** 20, "good_steps": 17, "bad_steps": 1}
+
+
+@pytest.mark.skipif(KERAS3, reason=NO_LEGACY_REASON)
+def test_under_a_strategy_the_keras2_loss_scale_state_is_restored_all_or_nothing(tmp_path):
+    with _strategy().scope():
+        saved = _keras2_optimizer(lambda: legacy_optimizers().SGD(0.1), saved=True)
+        opt = _keras2_optimizer(lambda: legacy_optimizers().SGD(0.1))
+    good = tf.train.Checkpoint(obj=saved).write(str(tmp_path / "good"))
+    key = next(k for k in tf.train.load_checkpoint(good).get_variable_to_shape_map()
+               if k.endswith("loss_scale/good_steps" + _SUFFIX))
+    bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                  str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match=r"holds shape \(2,\) for good_steps"):
+        tf.train.Checkpoint(obj=opt).read(bad)
+    assert _keras2_state(opt) == KERAS2_KEPT
+    tf.train.Checkpoint(obj=opt).read(good)
+    assert _keras2_state(opt) == {"current_loss_scale": 2.0 ** 20, "good_steps": 1,
+                                  "last_step_finite": True}
