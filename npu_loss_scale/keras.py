@@ -61,7 +61,7 @@ import threading
 
 import tensorflow as tf
 
-from . import _checks
+from . import _checks, _state_io
 from ._compat import keras as compat_keras
 from ._compat.ops import where
 from ._unscale import Reciprocal, unscale_gradient
@@ -248,7 +248,7 @@ def _build_keras2():
     legacy_optimizer = classes.legacy_optimizer
     state_base = classes.dynamic_state
 
-    class _NpuLossScaleState(state_base):
+    class _NpuLossScaleState(_state_io.StagedChildren, state_base):
         """Keras 2's dynamic loss-scale state, deciding with the package's detection.
 
         ``multiplier=1`` gives a fixed scale (``dynamic=False``) that still skips overflowed steps.
@@ -259,6 +259,13 @@ def _build_keras2():
             self._npu_check = check
             self._last_step_finite = self._add_weight(name="last_step_finite", dtype=tf.bool,
                                                       initial_value=True)
+            # A tf.train.Checkpoint restores the three all or nothing (_state_io.StagedState).
+            self._npu_staged = _state_io.StagedState("NpuLossScaleOptimizer", {
+                "current_loss_scale": self.current_loss_scale, "good_steps": self.counter,
+                "last_step_finite": self._last_step_finite})
+
+        def _staged_state(self):
+            return self.__dict__.get("_npu_staged")
 
         def _replica_status(self, grads):
             # Keras 2 hands over unscaled gradients: the register, and inf/NaN in the values.

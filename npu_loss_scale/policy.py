@@ -19,16 +19,16 @@ Checkpoints: the variables carry Ascend's names. In a ``tf.compat.v1`` graph a p
 ``good_steps`` and ``bad_steps`` (``loss_scale_1``... for a second manager in the graph), so a
 checkpoint written on the device restores here and the other way round, with no ``var_list``
 map; ``loss_scale:0`` evaluates to the float32 scale. Object-based ``tf.train.Checkpoint``
-tracks the same names. The arithmetic is that of the Ascend adapter, in float32;
-:mod:`npu_loss_scale.reference` holds a pure-Python twin of each rule that the tests replay
-step for step.
+tracks the same names and restores them all or nothing (see
+:class:`npu_loss_scale._state_io.StagedState`). The arithmetic is that of the Ascend adapter,
+in float32; :mod:`npu_loss_scale.reference` holds a pure-Python twin of each rule that the
+tests replay step for step.
 """
 import abc
 
 import tensorflow as tf
 
 from . import _checks, _graphs, _state_io
-from ._compat import tracking
 from ._compat.loss_scale_optimizer import MANAGER_BASES
 from ._compat.ops import where
 from ._compat.variables import Variable
@@ -53,7 +53,7 @@ class _WholeVariable(tf.Variable.SaveSliceInfo):
         return ""
 
 
-class LossScaleManager(tracking.ExtraChildren, *MANAGER_BASES, metaclass=abc.ABCMeta):
+class LossScaleManager(_state_io.StagedChildren, *MANAGER_BASES, metaclass=abc.ABCMeta):
     """Base class of loss-scale managers.
 
     Subclasses implement :meth:`get_loss_scale` and :meth:`update_loss_scale` (the contract of
@@ -129,11 +129,25 @@ class LossScaleManager(tracking.ExtraChildren, *MANAGER_BASES, metaclass=abc.ABC
             state.setdefault("_weights", {}).update(self._pending_weights)
         finally:
             self._pending_weights = None
+        if state["_weights"]:
+            state["_staged"] = _state_io.StagedState(type(self).__name__, state["_weights"])
+            self._restore_deferred(state["_staged"])
         if state.get("loss_scale") is not None and state["_weights"]:
             # the graph's scale, used by every step, waits for the check of the whole state
             with tf.control_dependencies([self._restored_state_check(state)]):
                 state["checked_loss_scale"] = tf.identity(state["loss_scale"])
         return state
+
+    def _restore_deferred(self, staged):
+        """Restores what a checkpoint read before these weights existed holds for them, all or
+        nothing (see :class:`npu_loss_scale._state_io.StagedState`)."""
+        self._maybe_initialize_trackable()
+        deferred = self._deferred_dependencies
+        for name in staged.children:
+            for position in deferred.get(name, ()):
+                staged.expect(name, position.checkpoint.restore_uid)
+        for name, child in staged.children.items():
+            self._handle_deferred_dependencies(name=name, trackable=child)
 
     def _state_limits(self):
         """``{checkpoint key: (minimum, min_inclusive, maximum, accepted-text)}`` for state
@@ -195,14 +209,15 @@ class LossScaleManager(tracking.ExtraChildren, *MANAGER_BASES, metaclass=abc.ABC
             variable._npu_loss_scale_value = value  # pylint: disable=protected-access
         pending = getattr(self, "_pending_weights", None)
         if pending is not None:
-            pending[name] = variable
-        self._handle_deferred_dependencies(name=name, trackable=variable)
+            pending[name] = variable      # restored with the others once all exist
+        else:
+            self._handle_deferred_dependencies(name=name, trackable=variable)
         return variable
 
-    def _extra_trackable_children(self):
+    def _staged_state(self):
         per_graph = self.__dict__.get("_per_graph")   # None while constructing
         state = per_graph.peek() if per_graph is not None else None
-        return dict(state.get("_weights", {})) if state is not None else {}
+        return state.get("_staged") if state is not None else None
 
     @staticmethod
     def _finite_flag(finite_grads):

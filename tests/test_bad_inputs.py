@@ -409,6 +409,24 @@ def b_grad_scaler_restored_nan_scale(ctx):
     return lambda: scaler.step(tf.keras.optimizers.SGD(0.1), [(tf.constant([2.0]), w)])
 
 
+def b_checkpoint_wrong_shape(make, attributes):
+    """A tf.train.Checkpoint of a plain tf.Module whose variables carry ``make()``'s checkpoint
+    names (``attributes``: name -> value), one of them wrong-shaped, restored into ``make()``;
+    verify: none of its state changed."""
+    def build(ctx):
+        plain = tf.Module()
+        for name, value in attributes.items():
+            setattr(plain, name, tf.Variable(value))
+        path = tf.train.Checkpoint(obj=plain).save(os.path.join(str(ctx.tmp), "ckpt"))
+        owner = make()
+        before = owner.state_dict()
+
+        def verify():
+            assert owner.state_dict() == before
+        return (lambda: tf.train.Checkpoint(obj=owner).restore(path)), verify
+    return build
+
+
 def b_grad_scaler_ignored_unscale_result(ctx):
     scaler = nls.GradScaler(init_scale=8.0)
     opt = tf.keras.optimizers.SGD(0.1)
@@ -739,6 +757,12 @@ CASES = [
          b_restore_then_step(_dynamic, dict(_MANAGER_CKPT, loss_scale=np.float32([8.0, 8.0]))),
          tf.errors.InvalidArgumentError,
          r"its variable loss_scale holds\] \[8 8\] .*accepted: a scalar, "),
+    case("checkpoint-object-wrong-shape", "tf.train.Checkpoint.restore (" + EXP + ")",
+         b_checkpoint_wrong_shape(lambda: _dynamic(1024), {
+             "bad_steps": np.int32(1), "good_steps": np.int32(5),
+             "loss_scale": np.float32([8.0, 8.0])}), ValueError,
+         r"ExponentialUpdateLossScaleManager: the checkpoint being restored holds shape \(2,\) "
+         r"for loss_scale \(\[8\. 8\.\]\); accepted: shape \(\) \(float32\)", graph=False),
     # Megatron
     case("megatron-checkpoint-below-min-scale", "Saver.restore, then the train op",
          b_restore_then_step(_megatron_dynamic, dict(_MEGATRON_CKPT, scale=np.float32(0.5))),
@@ -816,6 +840,13 @@ CASES = [
          b_grad_scaler_restored_nan_scale, tf.errors.InvalidArgumentError,
          r"(?s)GradScaler: variable scale \(scale:0\) holds.*nan.*accepted: a float32 >= "
          r"1\.1754944e-38", graph=False),
+    case("grad-scaler-checkpoint-wrong-shape", "tf.train.Checkpoint.restore (GradScaler)",
+         b_checkpoint_wrong_shape(nls.GradScaler, {
+             "_growth_factor": 3.0, "_backoff_factor": 0.25, "_growth_interval": 7,
+             "_growth_tracker": 5, "_scale": np.float32([8.0, 8.0])}), ValueError,
+         r"GradScaler: the checkpoint being restored holds shape \(2,\) for scale "
+         r"\(\[8\. 8\.\]\); accepted: shape \(\) \(float32\)\. Nothing was restored",
+         graph=False),
     case("grad-scaler-step-after-ignored-unscale", GS + ".step",
          b_grad_scaler_ignored_unscale_result, RuntimeError,
          r"gradient given for 'w:0' was computed from the scaled gradients passed to unscale_",
@@ -860,8 +891,9 @@ CASES = [
          graph=False),
     case("keras-checkpoint-scale-shape", "tf.train.Checkpoint.restore (Keras optimizer)",
          b_keras_checkpoint_scale_shape, ValueError,
-         r"incompatible tensor with shape \(2,\) .*variable with shape \(\) and name "
-         r"\S*(current_loss_scale|dynamic_scale)", graph=False),
+         r"(NpuLossScaleOptimizer: the checkpoint being restored holds shape \(2,\) for "
+         r"current_loss_scale .*accepted: shape \(\)|incompatible tensor with shape \(2,\) "
+         r".*variable with shape \(\) and name \S*dynamic_scale)", graph=False),
     # hooks
     case("hook-every-n-steps-zero", "LossScaleHook(...)",
          lambda c: lambda: nls.LossScaleHook(every_n_steps=0), ValueError,
@@ -1022,7 +1054,12 @@ whatever the checkpoint holds, so a state no rule can reach (NaN, inf, zero or b
 scale, negative counters, a non-scalar) is refused by the first training step after it, which
 raises `InvalidArgumentError` naming the variable, its value and what is accepted, before
 anything of the step is applied (rows `checkpoint-*-first-step`,
-`megatron-checkpoint-below-min-scale`).
+`megatron-checkpoint-below-min-scale`). A `tf.train.Checkpoint` restore checks the shapes of
+all the values of an object's loss-scale state before it assigns any (GradScaler, the managers,
+the Megatron scalers, Keras 2's optimizer): a value of the wrong shape is refused with none of
+that state changed (rows `grad-scaler-checkpoint-wrong-shape`, `checkpoint-object-wrong-shape`).
+On Keras 3 that refusal is TensorFlow's own, one variable at a time (row
+`keras-checkpoint-scale-shape`).
 
 """
 
@@ -1092,6 +1129,7 @@ _STATE_INTACT = {
     "keras-checkpoint-negative-counter",
     "checkpoint-nan-scale-first-step", "checkpoint-negative-counter-first-step",
     "checkpoint-shape-mismatch-first-step", "megatron-checkpoint-below-min-scale",
+    "grad-scaler-checkpoint-wrong-shape", "checkpoint-object-wrong-shape",
 }
 
 

@@ -154,3 +154,35 @@ def test_a_valid_restored_state_trains_and_the_check_costs_no_variable(tmp_path)
             assert sess.run(manager.get_loss_scale()) == 1024.0
         assert len(tf.compat.v1.global_variables()) == n_vars
     np.testing.assert_array_equal(W0.shape, (2,))
+
+
+# (manager, checkpoint keys of its state)
+STATE_KEYS = [(_exponential, ["loss_scale", "good_steps", "bad_steps"]),
+              (_dynamic, ["scale", "growth_tracker", "hysteresis_tracker",
+                          "min_scale_overflow_steps"])]
+
+
+@pytest.mark.parametrize("make_manager,key", [(m, k) for m, keys in STATE_KEYS for k in keys])
+def test_a_saver_restore_of_a_wrong_dtype_changes_nothing(make_manager, key, tmp_path):
+    """A name-based Saver reads every tensor in one op before it assigns any: a value of
+    another dtype fails that read (naming the key), and nothing is assigned."""
+    with tf.Graph().as_default():
+        _, manager, train = _build(make_manager)
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train)
+            good = saver.save(sess, str(tmp_path / "good"))
+    value = tf.train.load_checkpoint(good).get_tensor(key)
+    other = value.astype(np.float64 if value.dtype.kind == "i" else np.int64)
+    bad = _tamper(good, key, other, str(tmp_path / "bad"))
+    with tf.Graph().as_default():
+        w, manager, _ = _build(make_manager)
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            before = sess.run([w] + manager.variables)
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"%s.*dtype" % key):
+                saver.restore(sess, bad)
+            for got, want in zip(sess.run([w] + manager.variables), before):
+                np.testing.assert_array_equal(got, want)

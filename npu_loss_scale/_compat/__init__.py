@@ -12,7 +12,8 @@ imports the names it needs from here and never tests ``tf.__version__`` itself.
 * ``collectives``: the cross-process all-reduce (CollectiveReduce on 1.15, V2 on 2.x; V2's
   ``name`` before 2.8).
 * ``tracking``: checkpoint children on both Trackable APIs (``_checkpoint_dependencies`` up to
-  2.8, ``_trackable_children`` after).
+  2.8, ``_trackable_children`` after), and the ``SaveableObject`` classes a checkpoint restores
+  a variable through.
 * ``tape``: the gradient tape's recording functions.
 * ``py_func``: ``tf.numpy_function`` with ``stateful=``.
 * ``keras``: which Keras, and its loss-scale classes.

@@ -47,3 +47,18 @@ class ExtraChildren:
             if name in extra:
                 return extra[name]
             return super()._lookup_dependency(name)
+
+
+def _saveable_modules():
+    # The same paths on every supported release (1.15 to 2.21).
+    from tensorflow.python.training.saving import saveable_object  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=import-outside-toplevel
+    return saveable_object, saveable_object_util
+
+
+#: ``SaveableObject`` (what a checkpoint saves and restores for one tensor) and the module that
+#: builds a variable's own.
+saveable_object, saveable_object_util = _saveable_modules()
+Trackable = _base.Trackable
+TrackableReference = _base.TrackableReference
+VARIABLE_VALUE_KEY = _base.VARIABLE_VALUE_KEY

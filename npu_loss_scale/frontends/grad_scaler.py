@@ -41,7 +41,8 @@ Rules (torch's, where RoundPipe's documentation is silent):
   ``step`` after ``unscale_`` raises ``RuntimeError`` when a gradient was computed from the scaled
   gradients given to ``unscale_`` rather than from its result (torch's in-place habit).
 * A state restored by ``tf.train.Checkpoint`` that the constructor would refuse (a NaN or zero
-  scale, a negative growth count...) fails the next ``scale``/``unscale_``/``step``/``update``.
+  scale, a negative growth count...) fails the next ``scale``/``unscale_``/``step``/``update``;
+  a value of the wrong shape fails the restore itself, before any of the five variables changes.
 * ``enabled=False``: ``scale`` returns its input, ``unscale_`` returns the gradients as given,
   ``step`` calls ``optimizer.apply_gradients`` and returns its result, ``update`` does nothing,
   ``get_scale()`` is 1.0, ``state_dict()`` is ``{}``.
@@ -61,7 +62,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from .. import _checks
+from .. import _checks, _state_io
 from .._compat.ops import where
 from .._unscale import Reciprocal
 from ._overflow import OverflowCheck
@@ -205,7 +206,7 @@ class _PlainState:
     """Holds the scaler's Python bookkeeping outside tf.Module's attribute tracking."""
 
 
-class GradScaler(tf.Module):
+class GradScaler(_state_io.StagedChildren, tf.Module):
     """Loss scaling for TensorFlow 2 loops with ``torch.amp.GradScaler``'s interface and rules.
 
     See the module docstring for the rules and an example, and docs/grad_scaler.md for the
@@ -258,6 +259,15 @@ class GradScaler(tf.Module):
                                                    trainable=False, name="backoff_factor")
                 self._growth_interval = tf.Variable(growth_interval, dtype=tf.int32,
                                                     trainable=False, name="growth_interval")
+            # A tf.train.Checkpoint restores the five all or nothing (see _state_io.StagedState).
+            py.staged = _state_io.StagedState("GradScaler", {
+                "_scale": self._scale, "_growth_tracker": self._growth_tracker,
+                "_growth_factor": self._growth_factor, "_backoff_factor": self._backoff_factor,
+                "_growth_interval": self._growth_interval})
+
+    def _staged_state(self):
+        py = self.__dict__.get("_py")
+        return getattr(py, "staged", None)
 
     # -- checks ---------------------------------------------------------------------------------
     @staticmethod
