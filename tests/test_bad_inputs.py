@@ -921,24 +921,40 @@ CASES = [
                                             stderr=r"unrecognized arguments: --bogus"),
          behaviour="exit status 2; stderr: usage and 'unrecognized arguments: --bogus'",
          graph=False),
-    case("emulate-sat-mode-out-of-range", CLI, b_cli(["--sat-mode", "3", "x.py"],
-                                                     stderr=r"argument --sat-mode: invalid "
-                                                            r"choice: 3 \(choose from 0, 1\)"),
-         behaviour="exit status 2; stderr: 'argument --sat-mode: invalid choice: 3 (choose from "
-                   "0, 1)'", graph=False),
+    case("emulate-sat-mode-out-of-range", CLI,
+         b_cli(["--sat-mode", "3", "x.py"],
+               stderr=r"argument --sat-mode: invalid choice: '3' \(choose from saturation, "
+                      r"inf_nan, or their numbers 0, 1\)"),
+         behaviour="exit status 2; stderr: \"argument --sat-mode: invalid choice: '3' (choose "
+                   "from saturation, inf_nan, or their numbers 0, 1)\"", graph=False),
+    case("emulate-sat-mode-unknown-name", CLI,
+         b_cli(["--sat-mode", "saturate", "x.py"],
+               stderr=r"argument --sat-mode: invalid choice: 'saturate' \(choose from "
+                      r"saturation, inf_nan, or their numbers 0, 1\)"),
+         behaviour="exit status 2; stderr: \"argument --sat-mode: invalid choice: 'saturate' "
+                   "(choose from saturation, inf_nan, ...)\"", graph=False),
     case("emulate-ranks-zero", CLI, b_cli(["--ranks", "0", "x.py"],
-                                          stderr=r"--ranks must be an int >= 1; got 0"),
-         behaviour="exit status 2; stderr: '--ranks must be an int >= 1; got 0'", graph=False),
+                                          stderr=r"argument --ranks/-np: must be an int >= 1; "
+                                                 r"got 0"),
+         behaviour="exit status 2; stderr: 'argument --ranks/-np: must be an int >= 1; got 0'",
+         graph=False),
     case("emulate-ranks-not-an-int", CLI, b_cli(["--ranks", "two", "x.py"],
-                                                stderr=r"argument --ranks: invalid int value: "
-                                                       r"'two'"),
-         behaviour="exit status 2; stderr: \"argument --ranks: invalid int value: 'two'\"",
+                                                stderr=r"argument --ranks/-np: invalid int "
+                                                       r"value: 'two'"),
+         behaviour="exit status 2; stderr: \"argument --ranks/-np: invalid int value: 'two'\"",
          graph=False),
     case("emulate-precision-mode-unknown", CLI,
          b_cli(["--precision-mode", "half", "x.py"],
-               stderr=r"--precision-mode must be one of allow_fp32_to_fp16, .*got 'half'"),
-         behaviour="exit status 2; stderr: '--precision-mode must be one of ...; got 'half''",
-         graph=False),
+               stderr=r"argument --precision-mode: invalid choice: 'half' \(choose from "
+                      r"allow_fp32_to_fp16, .*force_lowerprecision\)"),
+         behaviour="exit status 2; stderr: \"argument --precision-mode: invalid choice: 'half' "
+                   "(choose from allow_fp32_to_fp16, ...)\"", graph=False),
+    case("emulate-advise-loss-scale-not-positive", CLI,
+         b_cli(["--advise-loss-scale", "0", "x.py"],
+               stderr=r"argument --advise-loss-scale: must be a positive finite number; "
+                      r"got '0'"),
+         behaviour="exit status 2; stderr: \"argument --advise-loss-scale: must be a positive "
+                   "finite number; got '0'\"", graph=False),
     case("emulate-saturate-dtypes-not-floating", CLI,
          b_cli(["--saturate-every-op", "--saturate-dtypes", "int32", "x.py"],
                stderr=r"--saturate-dtypes must be a comma-separated list of floating dtypes "
