@@ -70,10 +70,10 @@ def _report(args):
 
 def _build_kernel(args):
     from . import _kernels  # pylint: disable=import-outside-toplevel
-    from ._messages import log_to_stderr  # pylint: disable=import-outside-toplevel
-    log_to_stderr()
+    from ._messages import logged_to_stderr  # pylint: disable=import-outside-toplevel
     try:
-        path = _kernels.build_unscale_check(rebuild=args.rebuild)
+        with logged_to_stderr():  # the build's start and end
+            path = _kernels.build_unscale_check(rebuild=args.rebuild)
     except Exception as err:  # pylint: disable=broad-except  # OSError, or TF's NotFoundError
         print("%s build-kernel: the fused kernel did not build: %s" % (PROG, err),
               file=sys.stderr)

@@ -16,6 +16,7 @@ run, in ``tf.function``s, TF1 sessions and eagerly alike.
 
 Importing this module needs no TensorFlow.
 """
+import contextlib
 import logging
 import warnings
 
@@ -81,19 +82,26 @@ class _StderrHandler(logging.StreamHandler):
         return sys.stderr
 
 
-def log_to_stderr(level=logging.INFO):
-    """Shows the package's log messages of ``level`` and above on stderr, as
-    ``npu_loss_scale: <message>``: what the command-line tools do (a library leaves that to its
-    user). Done once; the messages then stop at this handler (no second copy through the root
-    logger's handlers, which TensorFlow's absl sets up)."""
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter(LOGGER_NAME + ": %(message)s"))
-        logger.addHandler(handler)
+@contextlib.contextmanager
+def logged_to_stderr(level=logging.INFO):
+    """Within the block, the package's log messages of ``level`` and above are shown on stderr
+    as ``npu_loss_scale: <message>``: what the command-line tools do (a library leaves that to
+    its user). They stop at this handler (no second copy through the root logger's handlers,
+    which TensorFlow's absl sets up); the logger is as it was after the block."""
+    saved = (logger.level, logger.propagate)
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter(LOGGER_NAME + ": %(message)s"))
+    logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 __all__ = ["LOGGER_NAME", "logger", "NpuLossScaleWarning", "OverflowInvisibleWarning",
            "RanksMayDivergeWarning", "FusedKernelWarning", "LossScaleStuckWarning",
-           "warn_when_run", "log_to_stderr"]
+           "warn_when_run", "logged_to_stderr"]

@@ -332,7 +332,7 @@ def _parse(argv, prog=_PROG):
 def _without_ranks(argv):
     """``argv`` without emulate's own ``--ranks N`` (the script's arguments are kept as they
     are): what each rank runs."""
-    own_end = _script_position(argv, _parse(argv))
+    own_end = _script_position(argv, build_parser().parse_args(argv))
     out, i = [], 0
     while i < own_end:
         token = argv[i]
@@ -357,8 +357,13 @@ def main(argv=None, prog=None):
     prog = prog or (_invoked_as() if argv is None else _PROG)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv, prog)
-    from ._messages import log_to_stderr  # pylint: disable=import-outside-toplevel
-    log_to_stderr()  # the package's INFO messages (a kernel build, files written) are shown
+    from ._messages import logged_to_stderr  # pylint: disable=import-outside-toplevel
+    with logged_to_stderr():  # the package's INFO messages (a kernel build, files written)
+        return _run(args, argv, prog)
+
+
+def _run(args, argv, prog):
+    """Runs what :func:`main` parsed; the exit code."""
     if args.ranks is not None and args.ranks > 1:
         from .ascend import ranks  # pylint: disable=import-outside-toplevel
         return ranks.launch(args.ranks, _without_ranks(argv))
