@@ -927,12 +927,6 @@ CASES = [
                       r"inf_nan, or their numbers 0, 1\)"),
          behaviour="exit status 2; stderr: \"argument --sat-mode: invalid choice: '3' (choose "
                    "from saturation, inf_nan, or their numbers 0, 1)\"", graph=False),
-    case("emulate-sat-mode-unknown-name", CLI,
-         b_cli(["--sat-mode", "saturate", "x.py"],
-               stderr=r"argument --sat-mode: invalid choice: 'saturate' \(choose from "
-                      r"saturation, inf_nan, or their numbers 0, 1\)"),
-         behaviour="exit status 2; stderr: \"argument --sat-mode: invalid choice: 'saturate' "
-                   "(choose from saturation, inf_nan, ...)\"", graph=False),
     case("emulate-ranks-zero", CLI, b_cli(["--ranks", "0", "x.py"],
                                           stderr=r"argument --ranks/-np: must be an int >= 1; "
                                                  r"got 0"),
@@ -949,12 +943,6 @@ CASES = [
                       r"allow_fp32_to_fp16, .*force_lowerprecision\)"),
          behaviour="exit status 2; stderr: \"argument --precision-mode: invalid choice: 'half' "
                    "(choose from allow_fp32_to_fp16, ...)\"", graph=False),
-    case("emulate-advise-loss-scale-not-positive", CLI,
-         b_cli(["--advise-loss-scale", "0", "x.py"],
-               stderr=r"argument --advise-loss-scale: must be a positive finite number; "
-                      r"got '0'"),
-         behaviour="exit status 2; stderr: \"argument --advise-loss-scale: must be a positive "
-                   "finite number; got '0'\"", graph=False),
     case("emulate-saturate-dtypes-not-floating", CLI,
          b_cli(["--saturate-every-op", "--saturate-dtypes", "int32", "x.py"],
                stderr=r"--saturate-dtypes must be a comma-separated list of floating dtypes "

@@ -75,6 +75,22 @@ def test_sat_mode_by_name_or_number(value, mode):
     assert args.sat_mode == mode and args.script == "s.py"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--sat-mode", "saturate", "s.py"], "argument --sat-mode: invalid choice: 'saturate' "
+                                         "(choose from saturation, inf_nan, or their numbers 0, 1)"),
+    (["--advise-loss-scale", "0", "s.py"], "argument --advise-loss-scale: must be a positive "
+                                           "finite number; got '0'"),
+    (["--advise-loss-scale", "inf", "s.py"], "argument --advise-loss-scale: must be a positive "
+                                             "finite number; got 'inf'"),
+    (["-np", "-1", "s.py"], "argument --ranks/-np: must be an int >= 1; got -1"),
+])
+def test_a_refused_value_names_the_option_the_value_and_what_is_accepted(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        emulate.main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(": error: " + message)
+
+
 @pytest.mark.parametrize("argv, script, module, script_args", [
     (["s.py"], "s.py", None, []),
     (["--tf1", "s.py", "--tf1", "--ranks", "2", "-h"], "s.py", None,
