@@ -61,8 +61,9 @@ def warn_when_run(category, template, tensors, name="npu_loss_scale_warning"):
 
     def _warn(*values):
         import numpy as np  # pylint: disable=import-outside-toplevel
-        warnings.warn(category(template % tuple(np.asarray(v).item() for v in values)),
-                      stacklevel=2)
+        # attributed to this line (the caller is TensorFlow's executor), so that
+        # filterwarnings(module="npu_loss_scale") matches it
+        warnings.warn(category(template % tuple(np.asarray(v).item() for v in values)))
         return np.array(True)
 
     done = py_func.numpy_function(_warn, list(tensors), tf.bool, stateful=True, name=name)

@@ -12,9 +12,10 @@ option and accepted value; docs/cli.md has them with examples. Options (before t
 ``--version``
     The package's version.
 ``--sat-mode {saturation,inf_nan}``
-    The emulated device's overflow mode: ``saturation`` (default, as on an Atlas training
-    device) or ``inf_nan``; the device's numbers 0 and 1 are accepted too. Sets ``NPU_LOSS_SCALE_SAT_MODE`` for the script (and its children); a
-    script's own ``npu_plugin.set_device_sat_mode`` call still wins.
+    The emulated device's overflow mode: ``saturation`` (default, as on an Atlas training device) or
+    ``inf_nan``; the device's numbers 0 and 1 are accepted too. Sets ``NPU_LOSS_SCALE_SAT_MODE`` for
+    the script (and its children); a script's own ``npu_plugin.set_device_sat_mode`` call still
+    wins.
 ``--saturate-every-op``
     Saturate every float16 op the script builds into a graph (see
     :func:`npu_loss_scale.saturation.saturate_every_op`): overflow becomes ±65504 and only the
@@ -23,11 +24,11 @@ option and accepted value; docs/cli.md has them with examples. Options (before t
 ``--saturate-dtypes float16[,float32...]``
     The dtypes ``--saturate-every-op`` saturates (default: float16).
 ``--precision-mode MODE``
-    One of :data:`PRECISION_MODES`: the device's ``precision_mode`` for sessions whose config sets none (a config's
-    ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is always
-    honoured); without ``--tf1`` also for TF2 code: every eligible op the script builds in a
-    ``tf.function`` or Keras model, or runs eagerly (as ``npu_device.global_options()`` does);
-    see :mod:`npu_loss_scale.ascend.precision`.
+    One of :data:`PRECISION_MODES`: the device's ``precision_mode`` for sessions whose config sets
+    none (a config's ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is
+    always honoured); without ``--tf1`` also for TF2 code: every eligible op the script builds in a
+    ``tf.function`` or Keras model, or runs eagerly (as ``npu_device.global_options()`` does); see
+    :mod:`npu_loss_scale.ascend.precision`.
 ``--report FILE``
     At exit, write to FILE a JSON summary of the shim's ``NPULossScaleOptimizer``s: how many
     were built, how many train ops they built and how many steps those applied and skipped (it
@@ -83,6 +84,8 @@ import importlib.util
 import os
 import runpy
 import sys
+
+from .ascend.precision_modes import PRECISION_MODES
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_npu_bridge_shim")
 SHIM_PACKAGES = ("npu_bridge", "hccl", "npu_device", "moxing")
@@ -164,11 +167,6 @@ def uninstall_shim():
 SAT_MODES = {"saturation": 0, "inf_nan": 1}
 #: The floating dtypes --saturate-every-op can saturate (checked against TensorFlow when used).
 SATURATE_DTYPES = ("float16", "bfloat16", "float32", "float64")
-# The device's precision modes; the same tuple as npu_loss_scale.ascend.precision.PRECISION_MODES
-# (a test keeps them equal), written here because --help must not import TensorFlow.
-PRECISION_MODES = ("allow_fp32_to_fp16", "force_fp16", "force_fp32", "allow_mix_precision",
-                   "must_keep_origin_dtype", "cube_fp16in_fp32out", "allow_mix_precision_fp16",
-                   "allow_mix_precision_bf16", "allow_fp32_to_bf16", "force_lowerprecision")
 
 _EPILOG = """\
 examples:

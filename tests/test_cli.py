@@ -56,10 +56,6 @@ def test_help_lists_every_choice_and_examples_without_importing_tensorflow():
     assert "report" in cli_help and "build-kernel" in cli_help and "examples:" in cli_help
 
 
-def test_the_precision_modes_listed_are_the_ones_the_emulation_applies():
-    assert emulate.PRECISION_MODES == precision.PRECISION_MODES
-
-
 @pytest.mark.parametrize("main", [emulate.main, cli.main], ids=["npu-emulate", "npu-loss-scale"])
 def test_version(main, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -76,8 +72,9 @@ def test_sat_mode_by_name_or_number(value, mode):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--sat-mode", "saturate", "s.py"], "argument --sat-mode: invalid choice: 'saturate' "
-                                         "(choose from saturation, inf_nan, or their numbers 0, 1)"),
+    (["--sat-mode", "saturate", "s.py"],
+     "argument --sat-mode: invalid choice: 'saturate' (choose from saturation, inf_nan, or their "
+     "numbers 0, 1)"),
     (["--advise-loss-scale", "0", "s.py"], "argument --advise-loss-scale: must be a positive "
                                            "finite number; got '0'"),
     (["--advise-loss-scale", "inf", "s.py"], "argument --advise-loss-scale: must be a positive "
@@ -117,8 +114,8 @@ def test_each_rank_runs_the_command_without_ranks(argv, child):
 
 def test_each_line_a_rank_prints_starts_with_its_rank():
     sink, lock = io.StringIO(), threading.Lock()
-    ranks._pump(io.StringIO("one\n{\"a\": 1}\nlast, unterminated"), sink, lock,  # pylint: disable=protected-access
-                ranks.tag(3))
+    pump = ranks._pump  # pylint: disable=protected-access
+    pump(io.StringIO("one\n{\"a\": 1}\nlast, unterminated"), sink, lock, ranks.tag(3))
     assert sink.getvalue() == "[3] one\n[3] {\"a\": 1}\n[3] last, unterminated"
 
 

@@ -30,9 +30,9 @@ TensorFlow version and its compile flags. ``NPU_LOSS_SCALE_FUSED_UNSCALE`` choos
 A training graph that contains the op can be imported from a MetaGraph only where the library
 is loaded (:func:`load_unscale_check` loads it).
 
-The build is announced on the ``npu_loss_scale`` logger (INFO) when it starts and ends; ``npu-loss-scale
-build-kernel`` builds it ahead of time and ``npu-loss-scale report`` says whether it is built,
-where, and why not. Builds take a cross-process lock (several ranks start together), which
+The build is announced on the ``npu_loss_scale`` logger (INFO) when it starts and ends;
+``npu-loss-scale build-kernel`` builds it ahead of time and ``npu-loss-scale report`` says
+whether it is built, where, and why not. Builds take a cross-process lock (several ranks start together), which
 needs POSIX's ``fcntl``: where there is none (Windows) the kernel is not built, and mode
 ``auto`` keeps the two-pass path with a :class:`FusedKernelWarning` that says so.
 """
