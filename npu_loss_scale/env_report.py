@@ -89,8 +89,16 @@ def _backend():
 
 
 def _sat_mode():
-    from . import emulation  # pylint: disable=import-outside-toplevel
-    mode = "inf_nan" if emulation.is_inf_nan_enabled() else "saturation"
+    from . import detection, emulation  # pylint: disable=import-outside-toplevel
+    try:
+        on_device = detection.get_backend_name() == "npu"
+    except ValueError:  # a bad backend variable: the backend field says so
+        on_device = False
+    if on_device:  # the device's own setting
+        inf_nan = emulation.is_inf_nan_enabled()
+    else:
+        inf_nan = emulation._emulated_mode() == emulation.INF_NAN  # pylint: disable=protected-access
+    mode = "inf_nan" if inf_nan else "saturation"
     raw = os.environ.get(emulation.MODE_ENV_VAR)
     return "%s (%s)" % (mode, "from %s=%s" % (emulation.MODE_ENV_VAR, raw) if raw
                         else "the default")

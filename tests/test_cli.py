@@ -71,6 +71,13 @@ def test_sat_mode_by_name_or_number(value, mode):
     assert args.sat_mode == mode and args.script == "s.py"
 
 
+@pytest.mark.parametrize("value, mode", [("inf_nan", 1), ("Saturation", 0), ("1", 1), ("", 0)])
+def test_the_sat_mode_variable_takes_names_too(monkeypatch, value, mode):
+    monkeypatch.setenv(nls.emulation.MODE_ENV_VAR, value)
+    monkeypatch.setattr(nls.emulation, "_mode", None)   # read the environment again
+    assert nls.get_device_sat_mode() == mode
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--sat-mode", "saturate", "s.py"],
      "argument --sat-mode: invalid choice: 'saturate' (choose from saturation, inf_nan, or their "

@@ -220,14 +220,14 @@ def build_unscale_check(rebuild=False):
 
 def status():
     """What ``npu-loss-scale report`` says about the kernel, without building it: a dict with
-    ``mode`` (the environment's choice or the error reading it), ``cache`` (the folder),
+    ``mode`` (the environment's choice, or ``invalid``), ``cache`` (the folder),
     ``library`` (where this TensorFlow's build is or would be; None without a compiler),
     ``state`` (``built``, ``not built yet``, ``failed``, ``off``, ``unavailable``) and
     ``reason`` (why not, when it is not built)."""
     try:
         wanted = mode()
     except ValueError as err:
-        return {"mode": str(err), "cache": _cache_dir(), "library": None,
+        return {"mode": "invalid", "cache": _cache_dir(), "library": None,
                 "state": "unavailable", "reason": str(err)}
     out = {"mode": wanted, "cache": _cache_dir(), "library": None, "state": None,
            "reason": None}
