@@ -53,6 +53,12 @@ _EXPORTS = {
     "param_group_override_to_tuple": (".schedules", "param_group_override_to_tuple"),
     "GradScaler": (".frontends", "GradScaler"),
     "OptimizerThread": (".frontends", "OptimizerThread"),
+    # warning categories, for warnings.filterwarnings (see npu_loss_scale._messages)
+    "NpuLossScaleWarning": ("._messages", "NpuLossScaleWarning"),
+    "LossScaleStuckWarning": ("._messages", "LossScaleStuckWarning"),
+    "OverflowInvisibleWarning": ("._messages", "OverflowInvisibleWarning"),
+    "RanksMayDivergeWarning": ("._messages", "RanksMayDivergeWarning"),
+    "FusedKernelWarning": ("._messages", "FusedKernelWarning"),
 }
 
 __all__ = [
@@ -67,6 +73,8 @@ __all__ = [
     "GradScaler", "OptimizerThread",
     "OptimizerParamScheduler", "ParamGroupOverride", "param_group_override_to_tuple",
     "combine_param_group_overrides", "ParamGroupOptimizer",
+    "NpuLossScaleWarning", "LossScaleStuckWarning", "OverflowInvisibleWarning",
+    "RanksMayDivergeWarning", "FusedKernelWarning",
 ]
 
 

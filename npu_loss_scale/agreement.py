@@ -69,7 +69,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from . import _checks
+from . import _checks, _messages
 from ._compat import collectives
 
 AGREEMENT_NAMES = ("strategy", "hccl", "horovod", "collective")
@@ -358,10 +358,10 @@ class _Watchdog:
                 self._pending.clear()
                 self._by_key.clear()
                 self._thread = None
-            print("npu_loss_scale: agreement 'horovod': the overflow-status all-reduce waited "
-                  "%.1f s, more than the timeout of %g s (a rank died, stalls, or never joined); "
-                  "shutting Horovod down so that every rank fails instead of waiting."
-                  % (now - start, timeout), file=sys.stderr, flush=True)
+            _messages.logger.error(
+                "agreement 'horovod': the overflow-status all-reduce waited %.1f s, more than "
+                "the timeout of %g s (a rank died, stalls, or never joined); shutting Horovod "
+                "down so that every rank fails instead of waiting.", now - start, timeout)
             hvd = sys.modules.get("horovod.tensorflow")
             if hvd is not None:
                 try:
@@ -812,8 +812,7 @@ def make_agreement(choice, backend_name):
 
 
 # -- is_distributed=False in a multi-worker run -----------------------------------------------------
-class RanksMayDivergeWarning(RuntimeWarning):
-    """Several ranks train, but the optimizer was built with ``is_distributed=False``."""
+RanksMayDivergeWarning = _messages.RanksMayDivergeWarning
 
 
 _ENV_WORLD_SIZES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "RANK_SIZE", "WORLD_SIZE")

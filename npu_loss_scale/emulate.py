@@ -2,15 +2,20 @@
 
 Usage::
 
-    python -m npu_loss_scale.emulate [options] script.py [script args ...]
-    python -m npu_loss_scale.emulate [options] -m package.module [module args ...]
+    npu-emulate [options] script.py [script args ...]
+    npu-emulate [options] -m package.module [module args ...]
 
-Options (before the script):
+(``npu-emulate`` is ``python -m npu_loss_scale.emulate``.) Everything after the script or the
+module's name is the script's own, as with ``python`` and ``torchrun``. ``--help`` lists every
+option and accepted value; docs/cli.md has them with examples. Options (before the script):
 
-``--sat-mode {0,1}``
-    The emulated device's overflow mode: 0 = saturation (default, as on an Atlas training
-    device), 1 = INF/NaN. Sets ``NPU_LOSS_SCALE_SAT_MODE`` for the script (and its children); a
-    script's own ``npu_plugin.set_device_sat_mode`` call still wins.
+``--version``
+    The package's version.
+``--sat-mode {saturation,inf_nan}``
+    The emulated device's overflow mode: ``saturation`` (default, as on an Atlas training device) or
+    ``inf_nan``; the device's numbers 0 and 1 are accepted too. Sets ``NPU_LOSS_SCALE_SAT_MODE`` for
+    the script (and its children); a script's own ``npu_plugin.set_device_sat_mode`` call still
+    wins.
 ``--saturate-every-op``
     Saturate every float16 op the script builds into a graph (see
     :func:`npu_loss_scale.saturation.saturate_every_op`): overflow becomes ±65504 and only the
@@ -19,11 +24,11 @@ Options (before the script):
 ``--saturate-dtypes float16[,float32...]``
     The dtypes ``--saturate-every-op`` saturates (default: float16).
 ``--precision-mode MODE``
-    The device's ``precision_mode`` for sessions whose config sets none (a config's
-    ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is always
-    honoured); without ``--tf1`` also for TF2 code: every eligible op the script builds in a
-    ``tf.function`` or Keras model, or runs eagerly (as ``npu_device.global_options()`` does);
-    see :mod:`npu_loss_scale.ascend.precision`.
+    One of :data:`PRECISION_MODES`: the device's ``precision_mode`` for sessions whose config sets
+    none (a config's ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is
+    always honoured); without ``--tf1`` also for TF2 code: every eligible op the script builds in a
+    ``tf.function`` or Keras model, or runs eagerly (as ``npu_device.global_options()`` does); see
+    :mod:`npu_loss_scale.ascend.precision`.
 ``--report FILE``
     At exit, write to FILE a JSON summary of the shim's ``NPULossScaleOptimizer``s: how many
     were built, how many train ops they built and how many steps those applied and skipped (it
@@ -37,10 +42,11 @@ Options (before the script):
     Loss-scale advisor (:mod:`npu_loss_scale.advisor`): observe every saturation site while
     the script runs (at its *fixed* loss scale S, default 1), then print the advice and write
     it as JSON to FILE.
-``--ranks N``
+``--ranks N`` (or ``-np N``)
     Run the script as N emulated ranks: N processes with the environment Ascend launchers set
     and HCCL (npu_bridge's ``hccl_ops``, npu_device's ``distribute``) over TensorFlow collective
-    ops between them; see :mod:`npu_loss_scale.ascend.ranks`. If a rank fails, the others are
+    ops between them; see :mod:`npu_loss_scale.ascend.ranks`. Each line a rank prints starts
+    with ``[<rank>] `` (as ``mpirun --tag-output`` marks them). If a rank fails, the others are
     stopped.
 ``--tf1``
     TF1 mode: ``import tensorflow as tf`` in the script's own files gives TF1 behaviour; see
@@ -78,6 +84,8 @@ import importlib.util
 import os
 import runpy
 import sys
+
+from .ascend.precision_modes import PRECISION_MODES
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_npu_bridge_shim")
 SHIM_PACKAGES = ("npu_bridge", "hccl", "npu_device", "moxing")
@@ -156,68 +164,154 @@ def uninstall_shim():
             del sys.modules[name]
 
 
-_VALUE_OPTIONS = ("--report", "--sat-mode", "--saturate-dtypes", "--precision-mode", "--ranks",
-                  "--overflow-report", "--advise", "--advise-loss-scale")
+SAT_MODES = {"saturation": 0, "inf_nan": 1}
+#: The floating dtypes --saturate-every-op can saturate (checked against TensorFlow when used).
+SATURATE_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+_EPILOG = """\
+examples:
+  # an unmodified Ascend training script, saturation emulated on every float16 op
+  %(prog)s --saturate-every-op train.py --batch_size=32
+
+  # the same in INF/NaN mode, TF1 semantics for `import tensorflow as tf`
+  %(prog)s --sat-mode inf_nan --tf1 train.py
+
+  # two emulated ranks (HCCL over TensorFlow collectives); output lines start with [rank]
+  %(prog)s --ranks 2 train.py
+
+  # where overflows start, and a loss-scale advice, for a module run as `python -m`
+  %(prog)s --overflow-report overflow.jsonl --advise advice.json -m models.bert.train
+
+Everything after the script (or after -m MODULE) is the script's own: options of this command
+go before it. `--` may separate them explicitly. Environment: NPU_LOSS_SCALE_SAT_MODE,
+NPU_LOSS_SCALE_BACKEND, NPU_LOSS_SCALE_FUSED_UNSCALE (see docs/cli.md).
+"""
 
 
-def _split(argv):
-    """(emulate's own options, -m module or None, script and its arguments)."""
-    own = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if token == "-m":
-            if i + 1 >= len(argv):
-                return own + [token], None, []
-            return own, argv[i + 1], argv[i + 2:]
-        if token == "--":
-            return own, None, argv[i + 1:]
-        if not token.startswith("-"):
-            return own, None, argv[i:]
-        own.append(token)
-        if token in _VALUE_OPTIONS and i + 1 < len(argv):
-            own.append(argv[i + 1])
-            i += 1
-        i += 1
-    return own, None, []
+def _sat_mode(value):
+    """``--sat-mode``'s value: a mode's name or number, as the number the device uses."""
+    name = value.strip().lower()
+    if name in SAT_MODES:
+        return SAT_MODES[name]
+    if name in ("0", "1"):
+        return int(name)
+    raise argparse.ArgumentTypeError("invalid choice: %r (choose from saturation, inf_nan, or "
+                                     "their numbers 0, 1)" % value)
 
 
-def _parse(argv):
-    own, module, target = _split(list(argv))
+def _precision_mode(value):
+    if value not in PRECISION_MODES:
+        raise argparse.ArgumentTypeError("invalid choice: %r (choose from %s)"
+                                         % (value, ", ".join(PRECISION_MODES)))
+    return value
+
+
+def _ranks(value):
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("invalid int value: %r" % value) from None
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be an int >= 1; got %d" % number)
+    return number
+
+
+def _loss_scale(value):
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("invalid float value: %r" % value) from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive finite number; got %r" % value)
+    return number
+
+
+def _version():
+    from . import __version__  # pylint: disable=import-outside-toplevel
+    return __version__
+
+
+def build_parser(prog=_PROG):
+    """The command's argument parser (no TensorFlow is imported to build or print it)."""
     parser = argparse.ArgumentParser(
-        prog=_PROG, usage="%(prog)s [options] script.py [args ...] | %(prog)s [options] -m "
-                          "module [args ...]",
-        description="Run an unmodified Ascend TensorFlow script on CPU with the NPU "
-                    "float-status register and saturation mode emulated.")
-    parser.add_argument("--sat-mode", type=int, choices=(0, 1), default=None,
-                        help="0 = saturation (Atlas training default), 1 = INF/NaN")
-    parser.add_argument("--saturate-every-op", action="store_true",
-                        help="saturate every float16 op the script builds, as the device does")
-    parser.add_argument("--saturate-dtypes", default="float16",
-                        help="comma-separated dtypes for --saturate-every-op (default float16)")
-    parser.add_argument("--ranks", type=int, default=None,
-                        help="run the script as N emulated ranks (N processes with RANK_ID, "
-                             "RANK_SIZE, DEVICE_ID set; HCCL over TF collective ops)")
-    parser.add_argument("--report", default=None, metavar="FILE",
-                        help="at exit, write a JSON summary of the NPULossScaleOptimizers built "
-                             "and the steps they applied and skipped to FILE")
-    parser.add_argument("--tf1", action="store_true",
-                        help="TF1 mode: the script's own `import tensorflow as tf` gives "
-                             "tensorflow.compat.v1 with v2 behaviour off (see "
-                             "npu_loss_scale.ascend.tf1); on TensorFlow 1.x a no-op")
-    parser.add_argument("--precision-mode", default=None,
-                        help="precision_mode for sessions whose config sets none and, "
-                             "without --tf1, for TF2 code (the device's training default is "
-                             "allow_fp32_to_fp16; default here: none, float32 as written)")
-    parser.add_argument("--overflow-report", default=None, metavar="FILE",
-                        help="write a JSON-lines overflow localisation report to FILE")
-    parser.add_argument("--advise", default=None, metavar="FILE",
-                        help="observe the script and write loss-scale advice (JSON) to FILE")
-    parser.add_argument("--advise-loss-scale", type=float, default=1.0, metavar="S",
-                        help="the fixed loss scale the observed script runs at (default 1)")
-    if module is None and not target and own and own[-1] == "-m":
-        parser.error("-m needs a module name to run (-m package.module [args ...])")
-    args = parser.parse_args(own)
+        prog=prog, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s [options] script.py [script args ...]\n"
+              "       %(prog)s [options] -m module [module args ...]",
+        description="Run an unmodified Ascend TensorFlow script on CPU, with the NPU's "
+                    "float-status register, saturation mode and precision_mode emulated and "
+                    "npu_bridge / npu_device / hccl / moxing provided by a CPU stand-in.",
+        epilog=_EPILOG)
+    parser.add_argument("--version", action="version",
+                        version="%(prog)s (npu-loss-scale) " + _version())
+    parser.add_argument("-m", dest="as_module", action="store_true",
+                        help="run a module as `python -m` does (the first positional is its "
+                             "name)")
+    parser.add_argument("script", nargs="?", metavar="script.py",
+                        help="the script (or, with -m, the module) to run")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="script args",
+                        help="the script's own arguments, passed to it unchanged")
+
+    device = parser.add_argument_group("emulated device")
+    device.add_argument("--sat-mode", type=_sat_mode, default=None, metavar="{saturation,inf_nan}",
+                        help="overflow mode: saturation (results clamp to +-MAX, the Atlas "
+                             "training default) or inf_nan (IEEE inf/NaN); 0 and 1 are "
+                             "accepted too. A script's own set_device_sat_mode call still wins.")
+    device.add_argument("--saturate-every-op", action="store_true",
+                        help="saturate every float16 op the script builds into a graph, as the "
+                             "device does (without it overflow stays IEEE inf/NaN on CPU)")
+    device.add_argument("--saturate-dtypes", default="float16", metavar="DTYPE[,DTYPE...]",
+                        help="the dtypes --saturate-every-op saturates, comma-separated, from "
+                             "%s (default: float16)" % ", ".join(SATURATE_DTYPES))
+    device.add_argument("--precision-mode", type=_precision_mode, default=None, metavar="MODE",
+                        help="precision_mode for sessions whose config sets none and, without "
+                             "--tf1, for TF2 code; one of: %s (the device's training default "
+                             "is allow_fp32_to_fp16; default here: none, float32 as written)"
+                             % ", ".join(PRECISION_MODES))
+
+    scripts = parser.add_argument_group("script compatibility")
+    scripts.add_argument("--tf1", action="store_true",
+                         help="TF1 mode: the script's own `import tensorflow as tf` gives "
+                              "tensorflow.compat.v1 with v2 behaviour off; on TensorFlow 1.x a "
+                              "no-op")
+
+    ranks = parser.add_argument_group("several ranks")
+    ranks.add_argument("--ranks", "-np", dest="ranks", type=_ranks, default=None, metavar="N",
+                       help="run the script as N emulated ranks: N processes with RANK_ID, "
+                            "RANK_SIZE, DEVICE_ID set and HCCL over TensorFlow collective ops; "
+                            "each output line starts with [rank]; if a rank fails the others "
+                            "are stopped")
+
+    diagnostics = parser.add_argument_group("diagnostics")
+    diagnostics.add_argument("--report", default=None, metavar="FILE",
+                             help="at exit, write a JSON summary of the NPULossScaleOptimizers "
+                                  "built and the steps they applied and skipped to FILE")
+    diagnostics.add_argument("--overflow-report", default=None, metavar="FILE",
+                             help="write one JSON line per overflowed step to FILE: which ops "
+                                  "saturated, forward or backward, dtype, magnitude")
+    diagnostics.add_argument("--advise", default=None, metavar="FILE",
+                             help="observe every saturation site while the script runs, then "
+                                  "print a loss-scale advice and write it as JSON to FILE")
+    diagnostics.add_argument("--advise-loss-scale", type=_loss_scale, default=1.0, metavar="S",
+                             help="the fixed loss scale the observed script runs at (default 1)")
+    return parser
+
+
+def _script_position(argv, args):
+    """Index in ``argv`` of the script (or module) name: the script's arguments follow it."""
+    i = len(argv) - len(args.script_args) - 1
+    while i >= 0 and argv[i] != args.script:  # argparse may have eaten a `--` after it
+        i -= 1
+    return i
+
+
+def _parse(argv, prog=_PROG):
+    """The parsed options; ``script``/``module`` and ``script_args`` say what to run."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if args.script is None:
+        parser.error("-m needs a module name to run (-m package.module [args ...])"
+                     if args.as_module else "the script to run is missing")
+    args.script_args = argv[_script_position(argv, args) + 1:]
     if args.saturate_every_op:
         from . import saturation  # imports TensorFlow  pylint: disable=import-outside-toplevel
         try:
@@ -225,51 +319,49 @@ def _parse(argv):
                 d.strip() for d in args.saturate_dtypes.split(",") if d.strip()))
         except (TypeError, ValueError) as err:
             parser.error("--saturate-dtypes must be a comma-separated list of floating dtypes "
-                         "(float16, bfloat16, float32, float64); got %r (%s)"
-                         % (args.saturate_dtypes, err))
-    if not args.advise_loss_scale > 0 or args.advise_loss_scale == float("inf"):
-        parser.error("--advise-loss-scale must be a positive finite number; got %r"
-                     % args.advise_loss_scale)
-    if args.precision_mode is not None:
-        from .ascend.precision import PRECISION_MODES  # pylint: disable=import-outside-toplevel
-        if args.precision_mode not in PRECISION_MODES:
-            parser.error("--precision-mode must be one of %s; got %r"
-                         % (", ".join(PRECISION_MODES), args.precision_mode))
-    args.module = module
-    if module is None:
-        if not target:
-            parser.error("the script to run is missing")
-        args.script, args.script_args = target[0], target[1:]
-    else:
-        args.script, args.script_args = None, target
+                         "(%s); got %r (%s)"
+                         % (", ".join(SATURATE_DTYPES), args.saturate_dtypes, err))
+    args.module = args.script if args.as_module else None
+    if args.as_module:
+        args.script = None
     return args
 
 
 def _without_ranks(argv):
-    """``argv`` without emulate's own ``--ranks N`` (the script's arguments are kept as they are)."""
-    own_end = len(argv) - len(_split(argv)[2]) - (0 if _split(argv)[1] is None else 2)
+    """``argv`` without emulate's own ``--ranks N`` (the script's arguments are kept as they
+    are): what each rank runs."""
+    own_end = _script_position(argv, build_parser().parse_args(argv))
     out, i = [], 0
-    while i < len(argv):
+    while i < own_end:
         token = argv[i]
-        if i < own_end and token == "--ranks":
+        if token in ("--ranks", "-np"):
             i += 2
             continue
-        if i < own_end and token.startswith("--ranks="):
-            i += 1
-            continue
-        out.append(token)
+        if not token.startswith(("--ranks=", "-np=")):
+            out.append(token)
         i += 1
-    return out
+    return out + argv[own_end:]
 
 
-def main(argv=None):
-    """Entry point of ``python -m npu_loss_scale.emulate``; returns the exit code (or raises
-    SystemExit as the script does)."""
+def _invoked_as():
+    """The program name for messages: ``npu-emulate`` when run through that console script."""
+    name = os.path.basename(sys.argv[0] if sys.argv else "")
+    return "npu-emulate" if name.startswith("npu-emulate") else _PROG
+
+
+def main(argv=None, prog=None):
+    """Entry point of ``npu-emulate`` and ``python -m npu_loss_scale.emulate``; returns the exit
+    code (or raises SystemExit as the script does). ``prog`` names the command in messages."""
+    prog = prog or (_invoked_as() if argv is None else _PROG)
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parse(argv)
-    if args.ranks is not None and args.ranks < 1:
-        print("%s: --ranks must be an int >= 1; got %d" % (_PROG, args.ranks), file=sys.stderr)
-        return 2
+    args = _parse(argv, prog)
+    from ._messages import logged_to_stderr  # pylint: disable=import-outside-toplevel
+    with logged_to_stderr():  # the package's INFO messages (a kernel build, files written)
+        return _run(args, argv, prog)
+
+
+def _run(args, argv, prog):
+    """Runs what :func:`main` parsed; the exit code."""
     if args.ranks is not None and args.ranks > 1:
         from .ascend import ranks  # pylint: disable=import-outside-toplevel
         return ranks.launch(args.ranks, _without_ranks(argv))
@@ -281,7 +373,7 @@ def main(argv=None):
     if args.script is not None:
         script = os.path.abspath(args.script)
         if not os.path.exists(script):
-            print("%s: no such script: %s" % (_PROG, args.script), file=sys.stderr)
+            print("%s: no such script: %s" % (prog, args.script), file=sys.stderr)
             return 2
         sys.argv = [args.script] + args.script_args
         sys.path[0] = os.path.dirname(script)  # as `python script.py` does
@@ -291,13 +383,13 @@ def main(argv=None):
 
     from ._compat.scripts import NATIVE_TF1  # imports TensorFlow  pylint: disable=import-outside-toplevel
     if args.tf1 and NATIVE_TF1:
-        print("%s: --tf1 changes nothing on TensorFlow 1.15 (its API is TF1's)" % _PROG,
+        print("%s: --tf1 changes nothing on TensorFlow 1.15 (its API is TF1's)" % prog,
               file=sys.stderr)
     tf1_mode = args.tf1 or NATIVE_TF1
     shim_in_use = install_shim()
     if not shim_in_use:
         print("%s: using the real npu_bridge at %s; the CPU shim is not installed"
-              % (_PROG, real_npu_bridge_origin()), file=sys.stderr)
+              % (prog, real_npu_bridge_origin()), file=sys.stderr)
 
     if shim_in_use:  # the device applies precision_mode itself; the emulation does it on CPU
         from .ascend import precision  # imports TensorFlow  pylint: disable=import-outside-toplevel

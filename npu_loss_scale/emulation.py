@@ -65,16 +65,22 @@ _mode = None
 
 
 # -- overflow mode -------------------------------------------------------------------------------
+MODE_NAMES = {"saturation": SATURATION, "inf_nan": INF_NAN}
+
+
 def _initial_mode():
+    """The mode ``$NPU_LOSS_SCALE_SAT_MODE`` names, by number or name; saturation if unset."""
     raw = os.environ.get(MODE_ENV_VAR)
     if raw is None or raw.strip() == "":
         return SATURATION
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
+    value = MODE_NAMES.get(raw.strip().lower())
+    if value is None:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = None
     if value not in (SATURATION, INF_NAN):
-        raise ValueError("environment variable %s must be 0 (saturation) or 1 (INF/NaN); got %r"
+        raise ValueError("environment variable %s must be 0 or saturation, 1 or inf_nan; got %r"
                          % (MODE_ENV_VAR, raw))
     return value
 

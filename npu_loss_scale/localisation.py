@@ -81,6 +81,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from . import _messages
 from ._compat import py_func
 from ._compat.lookup import MutableHashTable
 from ._compat.ops import where
@@ -535,7 +536,8 @@ def entry_point_tools(overflow_report=None, advise=None, advise_loss_scale=1.0):
     """What ``python -m npu_loss_scale.emulate --overflow-report FILE --advise FILE`` does around
     the script: localisation on (observe mode with ``advise``), the JSON-lines report written to
     ``overflow_report``, and at the end the advice (:mod:`npu_loss_scale.advisor`) printed to
-    stderr and written as JSON to ``advise``. In a rank of several (``--ranks N``) each file
+    stderr and written as JSON to ``advise`` (where the files went is logged on the
+    ``npu_loss_scale`` logger at INFO, which the command shows). In a rank of several (``--ranks N``) each file
     name gets ``.rank<RANK_ID>`` before its extension."""
     import sys  # pylint: disable=import-outside-toplevel
     if overflow_report is None and advise is None:
@@ -554,14 +556,14 @@ def entry_point_tools(overflow_report=None, advise=None, advise_loss_scale=1.0):
         if overflow_report is not None:
             count = len(records())
             set_report_path(None)
-            print("npu_loss_scale: overflow report %s: %d overflowed step%s recorded"
-                  % (overflow_report, count, "" if count == 1 else "s"), file=sys.stderr)
+            _messages.logger.info("overflow report %s: %d overflowed step%s recorded",
+                                  overflow_report, count, "" if count == 1 else "s")
         if advise is not None:
             from . import advisor  # pylint: disable=import-outside-toplevel
             advice = advisor.advise(loss_scale=advise_loss_scale)
             advisor.write_advice(advice, advise)
             print(advice.report(), file=sys.stderr)
-            print("npu_loss_scale: advice written to %s" % advise, file=sys.stderr)
+            _messages.logger.info("advice written to %s", advise)
 
 
 def _per_rank(path):

@@ -43,13 +43,13 @@ returns the op that does. ``scale`` and ``inv_scale`` are float32 scalar tensors
 import abc
 import collections
 import functools
-import sys
 
 import numpy as np
 import tensorflow as tf
 
 from . import _checks, _state_io
 from ._compat.ops import where
+from ._messages import LossScaleStuckWarning, warn_when_run
 from .policy import LOSS_SCALE_TENSOR_NAME, LossScaleManager
 
 STUCK_MESSAGE = "npu_loss_scale: loss scale stuck at its minimum"
@@ -462,12 +462,11 @@ class DynamicGradScaler(MegatronGradScaler):
 
     def _stuck_check(self, stuck_now, count, scale):
         def warn():
-            message = tf.print("npu_loss_scale WARNING: gradients overflowed at the minimum loss "
-                               "scale", scale, "(", count, "such steps in a row); the step is "
-                               "skipped. Set max_overflows_at_min_scale to stop instead.",
-                               output_stream=sys.stderr)
-            with tf.control_dependencies([message]):
-                return tf.constant(True)
+            return warn_when_run(
+                LossScaleStuckWarning, "npu_loss_scale: gradients overflowed at the minimum "
+                "loss scale %g (%d such steps in a row); the step is skipped. Set "
+                "max_overflows_at_min_scale to stop instead.", [scale, count],
+                name="warn_stuck_at_min_scale")
 
         warned = tf.cond(stuck_now, warn, lambda: tf.constant(False))
         if self._max_at_min is None:

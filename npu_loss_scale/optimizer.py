@@ -1,11 +1,11 @@
 """NPULossScaleOptimizer: Ascend loss scaling on TensorFlow's own loss-scale optimizer."""
-import sys
 import warnings
 
 import tensorflow as tf
 
 from . import _checks, _graphs, agreement as agreement_lib, detection, emulation
 from ._compat import tracking
+from ._messages import LossScaleStuckWarning, OverflowInvisibleWarning, warn_when_run
 from ._compat.lookup import MutableHashTable
 from ._compat.loss_scale_optimizer import LossScaleOptimizerBase
 from ._compat.variables import Variable, key as variable_key, snapshot
@@ -15,10 +15,6 @@ from .policy import as_manager
 
 FINITE_OP_NAME = "overflow_status_reduce_all"
 SUMMARY_SCOPE = "npu_loss_scale"
-
-
-class OverflowInvisibleWarning(UserWarning):
-    """The chosen detection backend cannot see the overflows this graph produces."""
 
 
 def _reached(tensors, targets):
@@ -708,11 +704,10 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
 
     @staticmethod
     def _warn_stuck(scale):
-        message = tf.print("npu_loss_scale WARNING: gradients overflowed at loss scale", scale,
-                           "- the scale cannot go lower, the step is skipped. The model itself "
-                           "overflows: check its fp16 ranges.", output_stream=sys.stderr)
-        with tf.control_dependencies([message]):
-            return tf.constant(True)
+        return warn_when_run(
+            LossScaleStuckWarning, "npu_loss_scale: gradients overflowed at loss scale %g - the "
+            "scale cannot go lower, the step is skipped. The model itself overflows: check its "
+            "fp16 ranges.", [scale], name="warn_stuck_at_min_scale")
 
     @staticmethod
     def _add_summaries(scale, skipped, overflowed):

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from npu_loss_scale import detection, emulation
+from rank_lines import json_events
 from npu_loss_scale._compat import keras as compat_keras
 from npu_loss_scale.ascend import precision
 
@@ -251,7 +252,7 @@ def _run(args, cwd):
     result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate"] + args, env=env,
                             cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return json_events(result.stdout)
 
 
 def test_session_script_with_mix_precision_in_its_config_exercises_the_loss_scaler(tmp_path):
@@ -371,7 +372,7 @@ def test_ranks_option_is_checked(tmp_path):
     result = subprocess.run([sys.executable, "-m", "npu_loss_scale.emulate", "--ranks", "0",
                              TWO_RANK_SCRIPT], capture_output=True, text=True, timeout=120,
                             check=False, cwd=str(tmp_path))
-    assert result.returncode == 2 and "--ranks must be an int >= 1; got 0" in result.stderr
+    assert result.returncode == 2 and "argument --ranks/-np: must be an int >= 1; got 0" in result.stderr
 
 
 # -- npu_device (TF2 adapter) ------------------------------------------------------------------------

@@ -915,8 +915,8 @@ CASES = [
          lambda c: lambda: nls.set_device_sat_mode(2), ValueError,
          r"mode must be 0 \(saturation\) or 1 \(INF/NaN\); got 2", graph=False),
     case("sat-mode-env-variable-bad", "NPU_LOSS_SCALE_SAT_MODE=2, then get_device_sat_mode",
-         b_sat_mode_env, ValueError, r"environment variable NPU_LOSS_SCALE_SAT_MODE must be 0 "
-                                     r"\(saturation\) or 1 \(INF/NaN\); got '2'", graph=False),
+         b_sat_mode_env, ValueError, r"environment variable NPU_LOSS_SCALE_SAT_MODE must be 0 or "
+                                     r"saturation, 1 or inf_nan; got '2'", graph=False),
     case("saturate-integer-tensor", "saturate", lambda c: lambda: nls.saturate(tf.constant(1)),
          TypeError, r"x must be a floating-point tensor \(float16, bfloat16, float32 or "
                     r"float64\); got dtype int32"),
@@ -953,24 +953,28 @@ CASES = [
                                             stderr=r"unrecognized arguments: --bogus"),
          behaviour="exit status 2; stderr: usage and 'unrecognized arguments: --bogus'",
          graph=False),
-    case("emulate-sat-mode-out-of-range", CLI, b_cli(["--sat-mode", "3", "x.py"],
-                                                     stderr=r"argument --sat-mode: invalid "
-                                                            r"choice: 3 \(choose from 0, 1\)"),
-         behaviour="exit status 2; stderr: 'argument --sat-mode: invalid choice: 3 (choose from "
-                   "0, 1)'", graph=False),
+    case("emulate-sat-mode-out-of-range", CLI,
+         b_cli(["--sat-mode", "3", "x.py"],
+               stderr=r"argument --sat-mode: invalid choice: '3' \(choose from saturation, "
+                      r"inf_nan, or their numbers 0, 1\)"),
+         behaviour="exit status 2; stderr: \"argument --sat-mode: invalid choice: '3' (choose "
+                   "from saturation, inf_nan, or their numbers 0, 1)\"", graph=False),
     case("emulate-ranks-zero", CLI, b_cli(["--ranks", "0", "x.py"],
-                                          stderr=r"--ranks must be an int >= 1; got 0"),
-         behaviour="exit status 2; stderr: '--ranks must be an int >= 1; got 0'", graph=False),
+                                          stderr=r"argument --ranks/-np: must be an int >= 1; "
+                                                 r"got 0"),
+         behaviour="exit status 2; stderr: 'argument --ranks/-np: must be an int >= 1; got 0'",
+         graph=False),
     case("emulate-ranks-not-an-int", CLI, b_cli(["--ranks", "two", "x.py"],
-                                                stderr=r"argument --ranks: invalid int value: "
-                                                       r"'two'"),
-         behaviour="exit status 2; stderr: \"argument --ranks: invalid int value: 'two'\"",
+                                                stderr=r"argument --ranks/-np: invalid int "
+                                                       r"value: 'two'"),
+         behaviour="exit status 2; stderr: \"argument --ranks/-np: invalid int value: 'two'\"",
          graph=False),
     case("emulate-precision-mode-unknown", CLI,
          b_cli(["--precision-mode", "half", "x.py"],
-               stderr=r"--precision-mode must be one of allow_fp32_to_fp16, .*got 'half'"),
-         behaviour="exit status 2; stderr: '--precision-mode must be one of ...; got 'half''",
-         graph=False),
+               stderr=r"argument --precision-mode: invalid choice: 'half' \(choose from "
+                      r"allow_fp32_to_fp16, .*force_lowerprecision\)"),
+         behaviour="exit status 2; stderr: \"argument --precision-mode: invalid choice: 'half' "
+                   "(choose from allow_fp32_to_fp16, ...)\"", graph=False),
     case("emulate-saturate-dtypes-not-floating", CLI,
          b_cli(["--saturate-every-op", "--saturate-dtypes", "int32", "x.py"],
                stderr=r"--saturate-dtypes must be a comma-separated list of floating dtypes "

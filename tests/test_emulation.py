@@ -179,8 +179,12 @@ def test_initial_mode_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv(emulation.MODE_ENV_VAR, "1")
     assert nls.get_device_sat_mode() == 1
     monkeypatch.setattr(emulation, "_mode", None)
-    monkeypatch.setenv(emulation.MODE_ENV_VAR, "saturation")
-    with pytest.raises(ValueError, match="NPU_LOSS_SCALE_SAT_MODE must be 0 .* got 'saturation'"):
+    monkeypatch.setenv(emulation.MODE_ENV_VAR, "inf_nan")    # by name, as --sat-mode takes it
+    assert nls.get_device_sat_mode() == 1
+    monkeypatch.setattr(emulation, "_mode", None)
+    monkeypatch.setenv(emulation.MODE_ENV_VAR, "saturate")
+    with pytest.raises(ValueError, match="NPU_LOSS_SCALE_SAT_MODE must be 0 or saturation, 1 or "
+                                         "inf_nan; got 'saturate'"):
         nls.get_device_sat_mode()
     monkeypatch.setattr(emulation, "_mode", None)
     monkeypatch.delenv(emulation.MODE_ENV_VAR)

@@ -8,6 +8,7 @@ import npu_loss_scale as nls
 from npu_loss_scale.megatron_scalers import STUCK_MESSAGE
 from npu_loss_scale.reference_megatron import DynamicScalerTwin
 from tf_versions import evaluate, tf2_only
+from warned import stuck
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -514,19 +515,23 @@ def test_a_user_subclass_receives_found_inf_as_a_bool():
 
 @tf2_only
 # -- stuck at the minimum ---------------------------------------------------------------------
-def test_stuck_at_min_scale_warns_by_default_and_keeps_going(capfd):
+def test_stuck_at_min_scale_warns_by_default_and_keeps_going(recwarn):
     scaler = nls.DynamicGradScaler(2.0, 2.0, 2.0, 0.5, 10, 1)
     for _ in range(5):
         scaler.update(True)
     assert scaler.variables[3].numpy() == 5
-    assert "overflowed at the minimum loss scale" in capfd.readouterr().err
+    assert stuck(recwarn) == ["npu_loss_scale: gradients overflowed at the minimum loss scale 2 "
+                              "(%d such steps in a row); the step is skipped. Set "
+                              "max_overflows_at_min_scale to stop instead." % n
+                              for n in range(1, 6)]
 
 
-def test_stuck_at_min_scale_raises_after_n_overflows_in_a_row_when_asked(capfd):
+def test_stuck_at_min_scale_raises_after_n_overflows_in_a_row_when_asked(recwarn):
     with tf.Graph().as_default():
         scaler = nls.DynamicGradScaler(4.0, 2.0, 2.0, 0.5, 10, 1, max_overflows_at_min_scale=3)
         flag = tf.compat.v1.placeholder(tf.bool, [])
         update = scaler.update(flag)
+        stuck(recwarn)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             # 4 -> 2 (not yet at min when it overflowed), then 2 overflows at min, a finite
@@ -535,7 +540,7 @@ def test_stuck_at_min_scale_raises_after_n_overflows_in_a_row_when_asked(capfd):
                 sess.run(update, {flag: overflowed})
             with pytest.raises(tf.errors.InvalidArgumentError, match=STUCK_MESSAGE):
                 sess.run(update, {flag: True})
-    assert capfd.readouterr().err.count("overflowed at the minimum loss scale") == 5
+    assert len([m for m in stuck(recwarn) if "overflowed at the minimum loss scale" in m]) == 5
 
 
 # -- argument checks --------------------------------------------------------------------------

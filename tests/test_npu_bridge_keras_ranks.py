@@ -6,7 +6,6 @@ as two processes: a TF1 Keras session script (Keras 2) and the same training as 
 with NumPy from each rank's data and initial weights. One rank, and RANK_SIZE > 1 outside a
 ``--ranks`` run, are checked in this process.
 """
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from npu_loss_scale import agreement, detection, emulation
+from rank_lines import json_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "ascend_keras_two_rank.py")
@@ -39,7 +39,7 @@ def _launch(args, tmp_path, expect_failure=False):
         assert result.returncode != 0, result.stdout[-4000:]
         return result
     assert result.returncode == 0, result.stderr[-4000:]
-    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    events = json_events(result.stdout)
     return {r: [e for e in events if e["rank"] == r] for r in RANKS}
 
 

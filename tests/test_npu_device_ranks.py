@@ -2,7 +2,6 @@
 runs tests/scripts/ascend_tf2_two_rank.py as two processes; the expected values are computed
 here, from the data and initial weights, with NumPy. One rank, and a rank count that is not a
 ``--ranks`` run, are checked in this process."""
-import json
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from npu_loss_scale import agreement, detection, emulation
+from rank_lines import json_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_two_rank.py")
@@ -34,7 +34,7 @@ def _launch(args, tmp_path, expect_ok=True, collective_timeout="120"):
                             check=False)
     if expect_ok:
         assert result.returncode == 0, result.stderr[-4000:]
-    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    events = json_events(result.stdout)
     return events, result, time.monotonic() - started
 
 
@@ -184,7 +184,7 @@ def test_a_failing_rank_stops_the_rank_waiting_in_a_collective(tmp_path):
     _, result, seconds = _launch(["--ranks", "2", SCRIPT, "--phases", "fail"], tmp_path,
                                  expect_ok=False, collective_timeout=None)
     assert result.returncode == 1
-    assert "RuntimeError: rank 1 fails on purpose" in result.stderr
+    assert "[1] RuntimeError: rank 1 fails on purpose" in result.stderr   # tagged with its rank
     assert '"not_reached"' not in result.stdout
     assert seconds < 100
 

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
+from warned import stuck
 
 
 def _sgd():
@@ -23,33 +24,34 @@ def test_private_attributes_are_not_forwarded_to_the_inner_optimizer():
     assert opt.only_inner == 4                           # public ones still come from the inner
 
 
-def _overflowed_step(manager, capfd):
-    """Runs one overflowed step through NPULossScaleOptimizer; returns what went to stderr."""
+def _overflowed_step(manager, recwarn):
+    """Runs one overflowed step through NPULossScaleOptimizer; returns the messages of the
+    LossScaleStuckWarnings it gave."""
     with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
         w = tf.compat.v1.get_variable("w", initializer=1.0)
         poison = tf.compat.v1.placeholder_with_default(1.0, [])
         opt = nls.NPULossScaleOptimizer(_sgd(), manager)
         train = opt.minimize(w * poison)
         sess.run(tf.compat.v1.global_variables_initializer())
-        capfd.readouterr()
+        stuck(recwarn)
         sess.run(train, {poison: float("inf")})
         assert sess.run(w) == 1.0                       # skipped
-        return capfd.readouterr().err
+        return stuck(recwarn)
 
 
-def test_stuck_at_min_scale_is_reported_once_per_step_for_a_megatron_scaler(capfd):
-    err = _overflowed_step(nls.DynamicGradScaler(1.0, 1.0, 2.0, 0.5, 10, 1), capfd)
-    assert err.count("WARNING") == 1, err
-    assert "overflowed at the minimum loss scale" in err
+def test_stuck_at_min_scale_is_reported_once_per_step_for_a_megatron_scaler(recwarn):
+    found = _overflowed_step(nls.DynamicGradScaler(1.0, 1.0, 2.0, 0.5, 10, 1), recwarn)
+    assert len(found) == 1, found
+    assert "overflowed at the minimum loss scale" in found[0]
 
 
-def test_stuck_at_scale_one_is_still_reported_for_a_fixed_manager(capfd):
-    err = _overflowed_step(nls.FixedLossScaleManager(1), capfd)
-    assert err.count("WARNING") == 1, err
-    assert "cannot go lower" in err
+def test_stuck_at_scale_one_is_still_reported_for_a_fixed_manager(recwarn):
+    found = _overflowed_step(nls.FixedLossScaleManager(1), recwarn)
+    assert len(found) == 1, found
+    assert "cannot go lower" in found[0]
 
 
-def test_a_megatron_scaler_above_its_minimum_is_not_called_stuck_at_one(capfd):
+def test_a_megatron_scaler_above_its_minimum_is_not_called_stuck_at_one(recwarn):
     # min_scale 0.25: at scale 1 the scale can still go lower, so no warning at all
-    err = _overflowed_step(nls.DynamicGradScaler(1.0, 0.25, 2.0, 0.5, 10, 1), capfd)
-    assert "WARNING" not in err, err
+    found = _overflowed_step(nls.DynamicGradScaler(1.0, 0.25, 2.0, 0.5, 10, 1), recwarn)
+    assert found == [], found

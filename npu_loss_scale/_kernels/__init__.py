@@ -29,17 +29,29 @@ TensorFlow version and its compile flags. ``NPU_LOSS_SCALE_FUSED_UNSCALE`` choos
 
 A training graph that contains the op can be imported from a MetaGraph only where the library
 is loaded (:func:`load_unscale_check` loads it).
+
+The build is announced on the ``npu_loss_scale`` logger (INFO) when it starts and ends;
+``npu-loss-scale build-kernel`` builds it ahead of time and ``npu-loss-scale report`` says
+whether it is built, where, and why not. Builds take a cross-process lock (several ranks start together), which
+needs POSIX's ``fcntl``: where there is none (Windows) the kernel is not built, and mode
+``auto`` keeps the two-pass path with a :class:`FusedKernelWarning` that says so.
 """
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no build lock, no build
+    fcntl = None
+
 from .._compat import kernel_build
+from .._messages import FusedKernelWarning, logger
 
 #: The dtypes the op takes (its attribute ``T``), by name.
 FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -54,10 +66,6 @@ _state = {}
 
 class FusedKernelError(RuntimeError):
     """The fused kernel was required (``NPU_LOSS_SCALE_FUSED_UNSCALE=on``) and is unavailable."""
-
-
-class FusedKernelWarning(UserWarning):
-    """The fused kernel did not build; the two-pass path is used instead."""
 
 
 def mode():
@@ -82,25 +90,40 @@ def _cache_dir():
     return os.path.join(root, "kernels")
 
 
-def _build(tf):
-    """Path of the built library (building it if the cache has none), or raises OSError."""
+def _plan(tf):
+    """``(compiler, flags, library path)`` of the kernel for the imported TensorFlow ``tf``.
+
+    The library's name is keyed by the source, the TensorFlow version, the platform, the
+    compiler and the flags, so a change of any of them builds again. Raises OSError when no
+    compiler is found."""
     cxx = _compiler()
     if cxx is None:
         raise OSError("no C++ compiler found ($CXX, g++, c++)")
-    cflags = kernel_build.compile_flags(tf)
-    lflags = kernel_build.link_flags(tf)
+    flags = kernel_build.compile_flags(tf) + kernel_build.link_flags(tf)
     with open(_SOURCE, "rb") as handle:
         source = handle.read()
     key = hashlib.sha256(b"\0".join(
         [source, tf.__version__.encode(), sys.platform.encode(), cxx.encode()]
-        + [f.encode() for f in cflags + lflags])).hexdigest()[:20]
-    folder = _cache_dir()
-    os.makedirs(folder, exist_ok=True)
-    target = os.path.join(folder, "unscale_check-%s.so" % key)
-    failed = os.path.splitext(target)[0] + ".failed"
+        + [f.encode() for f in flags])).hexdigest()[:20]
+    return cxx, flags, os.path.join(_cache_dir(), "unscale_check-%s.so" % key)
+
+
+def _failure_file(target):
+    return os.path.splitext(target)[0] + ".failed"
+
+
+def _build(tf):
+    """Path of the built library (building it if the cache has none), or raises OSError."""
+    cxx, flags, target = _plan(tf)
+    failed = _failure_file(target)
     if os.path.exists(target):
         return target
     _raise_remembered(failed)
+    if fcntl is None:
+        raise OSError("the kernel is built only on POSIX systems: Python has no fcntl module "
+                      "here for the build lock")
+    folder = os.path.dirname(target)
+    os.makedirs(folder, exist_ok=True)
     # one build at a time across processes (several ranks start together)
     with open(os.path.join(folder, ".build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -108,7 +131,11 @@ def _build(tf):
             return target
         _raise_remembered(failed)
         partial = "%s.%d.tmp" % (target, os.getpid())
-        cmd = [cxx, "-O3", "-shared", "-fPIC", _SOURCE, "-o", partial] + cflags + lflags
+        cmd = [cxx, "-O3", "-shared", "-fPIC", _SOURCE, "-o", partial] + flags
+        logger.info("building the fused unscale-and-check kernel for TensorFlow %s with %s "
+                    "(once per TensorFlow version and machine, about 20 s); cache: %s",
+                    tf.__version__, cxx, folder)
+        started = time.monotonic()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
         except subprocess.TimeoutExpired:
@@ -121,6 +148,7 @@ def _build(tf):
             tail = [line for line in lines if "error" in line][:3] or lines[-3:]
             _remember_failure(failed, "compiler exit %d: %s" % (proc.returncode, " | ".join(tail)))
         os.replace(partial, target)
+        logger.info("built the fused kernel in %.1f s: %s", time.monotonic() - started, target)
     return target
 
 
@@ -171,6 +199,59 @@ def load_unscale_check():
                               "results, slower). Set %s=off to silence this."
                               % (error, ENV_MODE), FusedKernelWarning, stacklevel=3)
     return module
+
+
+def build_unscale_check(rebuild=False):
+    """Builds the kernel now (if the cache has none) and loads it; returns the library's path.
+
+    What ``npu-loss-scale build-kernel`` does, so that no training run pauses for the build.
+    ``rebuild=True`` deletes the cached library and any remembered failure first. Raises
+    OSError (or TensorFlow's NotFoundError from loading) when it cannot be built."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if rebuild:
+        target = _plan(tf)[2]
+        for path in (target, _failure_file(target)):
+            if os.path.exists(path):
+                os.remove(path)
+    path = _build(tf)
+    tf.load_op_library(path)
+    return path
+
+
+def status():
+    """What ``npu-loss-scale report`` says about the kernel, without building it: a dict with
+    ``mode`` (the environment's choice, or ``invalid``), ``cache`` (the folder),
+    ``library`` (where this TensorFlow's build is or would be; None without a compiler),
+    ``state`` (``built``, ``not built yet``, ``failed``, ``off``, ``unavailable``) and
+    ``reason`` (why not, when it is not built)."""
+    try:
+        wanted = mode()
+    except ValueError as err:
+        return {"mode": "invalid", "cache": _cache_dir(), "library": None,
+                "state": "unavailable", "reason": str(err)}
+    out = {"mode": wanted, "cache": _cache_dir(), "library": None, "state": None,
+           "reason": None}
+    if wanted == "off":
+        out.update(state="off", reason="%s=off" % ENV_MODE)
+        return out
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    try:
+        out["library"] = _plan(tf)[2]
+    except OSError as err:
+        out.update(state="unavailable", reason=str(err))
+        return out
+    if os.path.exists(out["library"]):
+        out["state"] = "built"
+    elif os.path.exists(_failure_file(out["library"])):
+        with open(_failure_file(out["library"])) as handle:
+            out.update(state="failed", reason="%s (remembered in %s)"
+                       % (handle.read().strip(), _failure_file(out["library"])))
+    elif fcntl is None:
+        out.update(state="unavailable", reason="no fcntl module (not a POSIX system)")
+    else:
+        out.update(state="not built yet", reason="built on first use (about 20 s) or by "
+                   "`npu-loss-scale build-kernel`")
+    return out
 
 
 def unavailable_reason():

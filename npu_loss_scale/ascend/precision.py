@@ -58,10 +58,7 @@ import tensorflow as tf
 
 from .. import emulation
 from .._compat import tape
-
-PRECISION_MODES = ("allow_fp32_to_fp16", "force_fp16", "force_fp32", "allow_mix_precision",
-                   "must_keep_origin_dtype", "cube_fp16in_fp32out", "allow_mix_precision_fp16",
-                   "allow_mix_precision_bf16", "allow_fp32_to_bf16", "force_lowerprecision")
+from .precision_modes import PRECISION_MODES
 
 CUBE_OPS = frozenset([
     "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv2DBackpropInput",

@@ -63,19 +63,20 @@ def launch(n, child_args, poll_seconds=0.2):
     """Runs ``python -m npu_loss_scale.emulate *child_args`` as ``n`` ranks; the exit code.
 
     Every rank's output is forwarded to this process's stdout/stderr line by line, so each line
-    a script prints stays whole. The first non-zero exit code of a rank stops the others and is
-    returned.
+    a script prints stays whole, and starts with the rank: ``[0] ...``, ``[1] ...`` (see
+    :func:`tag`). The first non-zero exit code of a rank stops the others and is returned.
     """
     procs, pumps = [], []
     lock = threading.Lock()
-    for env in rank_environments(n):
+    for rank, env in enumerate(rank_environments(n)):
         env["PYTHONUNBUFFERED"] = "1"
         proc = subprocess.Popen([sys.executable, "-m", "npu_loss_scale.emulate"]
                                 + list(child_args), env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, errors="replace")
         procs.append(proc)
         for source, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-            pump = threading.Thread(target=_pump, args=(source, sink, lock), daemon=True)
+            pump = threading.Thread(target=_pump, args=(source, sink, lock, tag(rank)),
+                                    daemon=True)
             pump.start()
             pumps.append(pump)
     codes = [None] * n
@@ -98,10 +99,15 @@ def launch(n, child_args, poll_seconds=0.2):
     return 0
 
 
-def _pump(source, sink, lock):
+def tag(rank):
+    """The prefix of the lines rank ``rank`` prints under ``--ranks``: ``"[<rank>] "``."""
+    return "[%d] " % rank
+
+
+def _pump(source, sink, lock, prefix):
     for line in source:
         with lock:
-            sink.write(line)
+            sink.write(prefix + line)
             sink.flush()
 
 

@@ -56,7 +56,6 @@ function is traced, so call ``scale``/``step``/``update`` of one iteration in th
 import collections.abc
 import enum
 import numbers
-import sys
 import threading
 
 import numpy as np
@@ -64,6 +63,7 @@ import tensorflow as tf
 
 from .. import _checks, _state_io
 from .._compat.ops import where
+from .._messages import LossScaleStuckWarning, warn_when_run
 from .._unscale import Reciprocal
 from ._overflow import OverflowCheck
 
@@ -749,14 +749,13 @@ class GradScaler(_state_io.StagedChildren, tf.Module):
 
 
 def _warn_stuck_at_min_scale(scale):
-    """Prints (to stderr, once per update) that an overflow happened at the smallest scale."""
-    message = tf.print("npu_loss_scale WARNING: GradScaler: gradients overflowed at the smallest "
-                       "scale", scale, "(float32's smallest normal number); the scale cannot go "
-                       "lower and the step is skipped. The gradients overflow whatever the "
-                       "scale: look for an inf or NaN in the model or the loss.",
-                       output_stream=sys.stderr)
-    with tf.control_dependencies([message]):
-        return tf.constant(True)
+    """Warns (:class:`LossScaleStuckWarning`, when the update runs) that an overflow happened at
+    the smallest scale."""
+    return warn_when_run(
+        LossScaleStuckWarning, "npu_loss_scale: GradScaler: gradients overflowed at the smallest "
+        "scale %g (float32's smallest normal number); the scale cannot go lower and the step is "
+        "skipped. The gradients overflow whatever the scale: look for an inf or NaN in the model "
+        "or the loss.", [scale], name="warn_stuck_at_min_scale")
 
 
 def _non_negative_int(name, value):
