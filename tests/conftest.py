@@ -7,10 +7,12 @@ os.environ.setdefault("NPU_LOSS_SCALE_BACKEND", "emulation")
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import skip_policy  # noqa: E402  (tests/skip_policy.py: the CI stacks' skip allowlists)
+
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long-running test (CI runs it)")
-    config.addinivalue_line("markers", "distributed: starts several processes")
+    # The markers (slow, distributed, bert, tf_independent) are declared in pyproject.toml.
+    skip_policy.pytest_configure(config)
     # The package's pytest plugin (npu_device, npu_ranks) is loaded by pytest through its
     # pytest11 entry point once the package is installed (scripts/setup_env.sh). A checkout run
     # with an installation that predates the entry point gets it here; then
