@@ -83,9 +83,7 @@ setup_extras() {
   fi
 }
 
-# The pytest arguments of one stack, one a line: its test paths, the markers it leaves out, and
-# on the whole-suite stacks the pytest-xdist workers (whole files to a worker: module fixtures
-# stay shared, and the tests of one file never run beside each other).
+# The pytest arguments of one stack, one a line: its test paths and the markers it leaves out.
 stack_args() {
   local stack="$1" tier="scripts/stacks/$1.txt"
   local -a leave_out=()
@@ -101,9 +99,28 @@ stack_args() {
     echo -m
     printf 'not %s and ' "${leave_out[@]}" | sed 's/ and $/\n/'
   fi
-  if [ ! -f "$tier" ] && [ "$quick" = 0 ] && [ "$jobs" -gt 0 ]; then
+}
+
+# pytest-xdist's workers on the whole-suite stacks (whole files to a worker: module fixtures
+# stay shared, and the tests of one file never run beside each other).
+xdist_args() {
+  if [ ! -f "scripts/stacks/$1.txt" ] && [ "$quick" = 0 ] && [ "$jobs" -gt 0 ]; then
     printf '%s\n' -n "$jobs" --dist loadfile
   fi
+}
+
+# Whether the pytest arguments given select a test marked distributed or bert on this stack (no
+# arguments: yes), or a module that skips while collected (the BERT tests check their packages
+# at import). Costs one collection, which spares a first Horovod build to a `-k optimizer` run.
+selection_needs_extras() {
+  local stack="$1" out rc
+  local -a args
+  [ ${#pytest_args[@]} -eq 0 ] && return 0
+  mapfile -t args < <(stack_args "$stack")
+  out="$("$venv_root/$stack/bin/python" -m pytest --collect-only -q -rs -p no:cacheprovider \
+         "${args[@]}" -m "distributed or bert" "${pytest_args[@]}" 2>&1)"
+  rc=$?
+  [ "$rc" -ne 5 ] || grep -q '^SKIPPED' <<<"$out"
 }
 
 # Runs one stack's tests. NLS_STACK names the skip allowlists tests/skip_policy.py applies: the
@@ -111,7 +128,7 @@ stack_args() {
 run_stack() {
   local stack="$1" log rc
   local -a args
-  mapfile -t args < <(stack_args "$stack")
+  mapfile -t args < <(stack_args "$stack"; xdist_args "$stack")
   echo
   echo "================ $stack: pytest ${args[*]} ${pytest_args[*]:-} ================"
   if [ "${NLS_ALLOW_SKIPS:-0}" = 1 ]; then
@@ -139,9 +156,12 @@ if ! step "set-up (${stacks[*]})" bash scripts/setup_env.sh "${stacks[@]}"; then
 fi
 if [ "$quick" = 0 ]; then
   for stack in "${stacks[@]}"; do
-    case "$stack" in
-      tf215|tf221) step "$stack extras (Horovod, BERT packages, pytest-xdist)" setup_extras "$stack" ;;
-    esac
+    case "$stack" in tf215|tf221) ;; *) continue ;; esac
+    if selection_needs_extras "$stack"; then
+      step "$stack extras (Horovod, BERT packages, pytest-xdist)" setup_extras "$stack"
+    else
+      echo "[test] $stack: the selection has no distributed or bert test: no Horovod or BERT set-up"
+    fi
   done
 fi
 

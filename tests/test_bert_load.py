@@ -115,6 +115,7 @@ def test_fp32_precision_adds_no_boundary(graph):
 
 
 # -- tokenizer -----------------------------------------------------------------------------------
+@pytest.mark.bert
 def test_basic_and_wordpiece_tokenization(tokenizer):
     assert tokenizer.tokenize("It's so sunny outside!") == [
         "it", "'", "s", "so", "sunny", "outside", "!"]
@@ -128,6 +129,7 @@ def test_basic_and_wordpiece_tokenization(tokenizer):
     assert tokenizer.tokenize("") == []
 
 
+@pytest.mark.bert
 def test_encode_adds_cls_sep_pads_and_truncates(tokenizer):
     ids, mask, segments, cut = tokenizer.encode("The weather is lovely today.", 10)
     vocab = tokenizer.vocab
@@ -143,6 +145,7 @@ def test_encode_adds_cls_sep_pads_and_truncates(tokenizer):
 
 
 # -- data ----------------------------------------------------------------------------------------
+@pytest.mark.bert
 def test_movie_review_sentences_labels_and_split(sdist, tokenizer):
     sentences, labels = bert_data.load_movie_reviews(sdist)
     assert len(sentences) == 10568                      # 10,605 minus the 37 rated exactly 0
@@ -193,12 +196,14 @@ def _cosines(vectors):
     return [sim[0, 1], sim[0, 2], sim[1, 2]]
 
 
+@pytest.mark.bert
 def test_config_matches_all_minilm_l6_v2(model_dir):
     config = bert_modeling.BertConfig.from_json_file(os.path.join(model_dir, "config.json"))
     assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
             config.intermediate_size, config.vocab_size) == (6, 384, 12, 1536, 30522)
 
 
+@pytest.mark.bert
 def test_pretrained_load_reproduces_the_reference_similarities_fp32(tokenizer, model_dir):
     vectors, loader = _embeddings("fp32", tokenizer, model_dir)
     np.testing.assert_allclose(_cosines(vectors), REFERENCE, atol=2e-4)
@@ -208,6 +213,7 @@ def test_pretrained_load_reproduces_the_reference_similarities_fp32(tokenizer, m
     assert sum(a.size for _, a in loader.values) == 22565376   # 22.7 M minus the pooler
 
 
+@pytest.mark.bert
 def test_mixed_fp16_stays_within_half_precision_of_the_reference(tokenizer, model_dir):
     fp32, _ = _embeddings("fp32", tokenizer, model_dir)
     fp16, _ = _embeddings("fp16", tokenizer, model_dir)
@@ -216,6 +222,7 @@ def test_mixed_fp16_stays_within_half_precision_of_the_reference(tokenizer, mode
     assert 1e-6 < np.abs(fp16 - fp32).max() < 5e-3
 
 
+@pytest.mark.bert
 def test_kernels_are_transposed_and_a_misfit_checkpoint_is_a_clear_error(model_dir):
     arrays = bert_modeling.load_pretrained_arrays(model_dir)
     with tf.Graph().as_default():

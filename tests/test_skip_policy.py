@@ -5,6 +5,7 @@ no policy.
 Each case runs a small pytest session in a subprocess, on a copy of the plugin beside its own
 ``scripts/stacks/`` folder, with plugin autoloading off (no TensorFlow): about half a second each.
 """
+import importlib.util
 import os
 import pathlib
 import shutil
@@ -12,6 +13,8 @@ import subprocess
 import sys
 
 import pytest
+
+pytestmark = pytest.mark.tf_independent   # pytest and Python only: CI runs it on tf215 (and tf115's pytest 7)
 
 PLUGIN = pathlib.Path(__file__).with_name("skip_policy.py")
 
@@ -115,3 +118,14 @@ def test_a_stack_without_an_allowlist_is_a_usage_error(tmp_path):
     assert code == pytest.ExitCode.USAGE_ERROR, out
     assert "NLS_STACK=fake+tf999 names a skip allowlist that does not exist" in out
     assert "tf999.skips" in out
+
+
+if importlib.util.find_spec("xdist") is not None:   # the stacks test.sh runs with pytest-xdist
+    def test_under_pytest_xdist_the_controller_fails_the_session(tmp_path):
+        code, out = _session(tmp_path, "estimator is absent\n",
+                             files={"test_sample.py": SAMPLE, "test_model.py": MODULE_SKIP},
+                             extra_args=["-p", "xdist", "-n", "2"])
+        assert code == 1, out
+        assert "tests/test_sample.py::test_skipped_by_marker: flaky on Tuesdays" in out
+        assert "tests/test_model.py: the model package is not installed" in out
+        assert "2 test(s) skipped" in out
