@@ -57,8 +57,8 @@ step() {
   return "$rc"
 }
 
-# What the whole-suite stacks need beyond setup_env.sh: Horovod (built once per TensorFlow
-# version, then cached), the BERT job's model and data packages, pytest-xdist.
+# What the whole-suite stacks' distributed and bert tests need beyond setup_env.sh: Horovod
+# (built once per TensorFlow version, then cached) and the BERT job's model and data packages.
 setup_extras() {
   local stack="$1" venv="$venv_root/$1"
   if [ -f scripts/build_horovod.sh ]; then
@@ -77,10 +77,14 @@ setup_extras() {
       2>&1 | grep -v "is ignored: it is neither" || true
     rm -f "$req"
   fi
-  if ! "$venv/bin/python" -c "import xdist" 2>/dev/null; then
-    "$venv/bin/python" -m pip install --quiet "pytest-xdist==3.8.0" 2>&1 |
-      grep -v "is ignored: it is neither" || true
-  fi
+}
+
+# pytest-xdist in a whole-suite stack's environment (test.sh runs those with two workers).
+setup_xdist() {
+  local py="$venv_root/$1/bin/python"
+  "$py" -c "import xdist" 2>/dev/null && return 0
+  "$py" -m pip install --quiet "pytest-xdist==3.8.0" 2>&1 | grep -v "is ignored: it is neither"
+  "$py" -c "import xdist"
 }
 
 # The pytest arguments of one stack, one a line: its test paths and the markers it leaves out.
@@ -103,8 +107,9 @@ stack_args() {
 
 # pytest-xdist's workers on the whole-suite stacks (whole files to a worker: module fixtures
 # stay shared, and the tests of one file never run beside each other).
+uses_xdist() { [ ! -f "scripts/stacks/$1.txt" ] && [ "$jobs" -gt 0 ]; }
 xdist_args() {
-  if [ ! -f "scripts/stacks/$1.txt" ] && [ "$quick" = 0 ] && [ "$jobs" -gt 0 ]; then
+  if uses_xdist "$1"; then
     printf '%s\n' -n "$jobs" --dist loadfile
   fi
 }
@@ -142,7 +147,7 @@ run_stack() {
   "$venv_root/$stack/bin/python" -m pytest -q "${args[@]}" ${pytest_args[@]+"${pytest_args[@]}"} 2>&1 |
     tee "$log"
   rc=${PIPESTATUS[0]}
-  detail="$(grep -E '^=+ .*(passed|failed|error|no tests ran|deselected|skipped)' "$log" |
+  detail="$(grep -E '(passed|failed|errors?|skipped|deselected|no tests ran).* in [0-9.]+s' "$log" |
             tail -n 1 | sed -e 's/=//g' -e 's/^ *//' -e 's/ *$//')"
   detail="${detail:-no result}"
   rm -f "$log"
@@ -154,16 +159,18 @@ if ! step "set-up (${stacks[*]})" bash scripts/setup_env.sh "${stacks[@]}"; then
   printf '%s\n' "${summary[@]}"
   exit 1
 fi
-if [ "$quick" = 0 ]; then
-  for stack in "${stacks[@]}"; do
-    case "$stack" in tf215|tf221) ;; *) continue ;; esac
-    if selection_needs_extras "$stack"; then
-      step "$stack extras (Horovod, BERT packages, pytest-xdist)" setup_extras "$stack"
-    else
-      echo "[test] $stack: the selection has no distributed or bert test: no Horovod or BERT set-up"
-    fi
-  done
-fi
+for stack in "${stacks[@]}"; do
+  if uses_xdist "$stack"; then
+    step "$stack pytest-xdist" setup_xdist "$stack"
+  fi
+  case "$stack" in tf215|tf221) ;; *) continue ;; esac
+  [ "$quick" = 0 ] || continue
+  if selection_needs_extras "$stack"; then
+    step "$stack extras (Horovod, BERT packages)" setup_extras "$stack"
+  else
+    echo "[test] $stack: the selection has no distributed or bert test: no Horovod or BERT set-up"
+  fi
+done
 
 for stack in "${stacks[@]}"; do
   step "$stack tests" run_stack "$stack"

