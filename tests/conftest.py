@@ -66,12 +66,17 @@ def session(graph):
 
 @pytest.fixture(autouse=True)
 def _default_sat_mode():
-    """Every test starts in saturation mode (the Atlas-training default) and restores it.
+    """Every test starts in saturation mode (the Atlas-training default) and restores it, and
+    (in eager mode) with the emulated register's overflow cleared: an overflow an earlier test
+    left there would otherwise be read by the next one, so a test's outcome would depend on the
+    order the tests run in (pytest-xdist gives each worker its own order).
 
     Tests that need more of the emulated device (a fresh eager register, INF/NaN mode, every
     float16 op saturated, a precision mode) take the plugin's ``npu_device`` fixture.
     """
     from npu_loss_scale import emulation
+    if tf.executing_eagerly():
+        emulation.npu_clear_float_status_v2()
     previous = emulation.set_device_sat_mode(emulation.SATURATION)
     yield
     emulation.set_device_sat_mode(previous)

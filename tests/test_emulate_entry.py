@@ -154,6 +154,7 @@ def test_bert_script_on_several_ranks_asks_for_distributed_agreement(tmp_path):
     assert "RANK_SIZE=2" in result.stderr and "single rank" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_real_npu_bridge_is_used_as_is(tmp_path):
     script = tmp_path / "which_bridge.py"
     script.write_text("import npu_bridge\nprint(npu_bridge.__file__)\n")

@@ -47,6 +47,7 @@ def _run(frontends, steps, steps_per_case, seed=SEED, cases=None):
     return tally, out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
 def test_a_seeded_slice_finds_no_mismatch(frontend):
     cases, per_case = SLICE[frontend]
@@ -142,6 +143,7 @@ def test_the_keras_twin_keeps_a_finite_scale_where_doubling_gives_inf():
     assert twin.state() == {"loss_scale": 2.0 ** 126}
 
 
+@pytest.mark.slow
 def test_a_keras_case_that_reaches_float32s_ceiling_matches_its_twin():
     """Seed 7, case 8 (growth every step, bfloat16): the scale reaches 2**127 by step 143 and
     must stay there, in the package and in the twin, with every step decided alike."""

@@ -229,6 +229,7 @@ def test_do_mask_v3_multiplies_so_a_dropped_nan_stays_nan_and_checks_the_mask(ge
         gen_ops.drop_out_do_mask_v3(tf.ones([32, 32]), tf.zeros([1, 2, 16, 16], tf.uint8), 0.5)
 
 
+@pytest.mark.slow
 def test_v3_pair_with_a_dynamic_shape_and_its_gradient(gen_ops):
     @tf.function(input_signature=[tf.TensorSpec(None)])
     def run(v):

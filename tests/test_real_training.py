@@ -110,6 +110,7 @@ def fp32_accuracy(digits):  # pylint: disable=redefined-outer-name
     return _fp32_accuracy(digits)
 
 
+@pytest.mark.slow
 def test_grad_scaler_mixed_float16_training_matches_float32_and_survives_a_saturated_batch(
         digits, fp32_accuracy, policy, tmp_path):  # pylint: disable=redefined-outer-name
     policy("mixed_float16")

@@ -352,6 +352,7 @@ def test_python_that_cannot_run_tensorflow_is_refused_by_name(tmp_path):
     assert "--python must be a Python interpreter; got %r" % missing in out.stderr
 
 
+@pytest.mark.slow
 def test_a_relative_python_runs_the_scripts_and_tf1_mode_only_on_tensorflow_2(tmp_path):
     """Scripts run from their own folders, so ``--python`` relative to the caller's folder must
     still find the interpreter; on TensorFlow 1.x the TF1 script runs without ``--tf1``."""
