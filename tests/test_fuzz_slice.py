@@ -99,6 +99,7 @@ def test_cases_are_reproducible_from_seed_and_index():
     assert [s["injected"] for s in first] == [s["injected"] for s in second]
 
 
+@pytest.mark.slow
 def test_the_campaign_reports_an_optimizer_that_applies_overflowed_steps(monkeypatch):
     original = nls.NPULossScaleOptimizer._read_and_agree  # pylint: disable=protected-access
 
@@ -114,6 +115,7 @@ def test_the_campaign_reports_an_optimizer_that_applies_overflowed_steps(monkeyp
     assert '"frontend": "npu_graph"' in text           # the failing case's parameters
 
 
+@pytest.mark.slow
 def test_the_campaign_reports_a_scale_rule_that_drifts_from_the_twin(monkeypatch):
     original = nls.ExponentialUpdateLossScaleManager.update_loss_scale
 

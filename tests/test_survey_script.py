@@ -108,6 +108,7 @@ def test_survey_ranking_uses_the_given_provider_and_prints_a_table(corpus):
     assert survey.format_summary(result).endswith("in 1 of 2 model directories (50%)")
 
 
+@pytest.mark.slow
 def test_survey_command_prints_the_table_and_coverage(corpus, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     out = tmp_path / "survey.json"

@@ -190,6 +190,7 @@ print(json.dumps([ctx.get_strategy() is tf.distribute.get_strategy(),
 """
 
 
+@pytest.mark.slow
 def test_a_tf2_script_gets_the_tf_internals_tf_2_14_moved(tmp_path):
     """``distribution_strategy_context`` (folded into distribute_lib in TF 2.14) and the names
     moved out of ``framework.ops`` resolve in a TF2 script's own files, as in TF1 mode."""
