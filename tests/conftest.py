@@ -7,10 +7,12 @@ os.environ.setdefault("NPU_LOSS_SCALE_BACKEND", "emulation")
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import skip_policy  # noqa: E402  (tests/skip_policy.py: the CI stacks' skip allowlists)
+
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long-running test (CI runs it)")
-    config.addinivalue_line("markers", "distributed: starts several processes")
+    # The markers (slow, distributed, bert, tf_independent) are declared in pyproject.toml.
+    skip_policy.pytest_configure(config)
     # The package's pytest plugin (npu_device, npu_ranks) is loaded by pytest through its
     # pytest11 entry point once the package is installed (scripts/setup_env.sh). A checkout run
     # with an installation that predates the entry point gets it here; then
@@ -64,12 +66,17 @@ def session(graph):
 
 @pytest.fixture(autouse=True)
 def _default_sat_mode():
-    """Every test starts in saturation mode (the Atlas-training default) and restores it.
+    """Every test starts in saturation mode (the Atlas-training default) and restores it, and
+    (in eager mode) with the emulated register's overflow cleared: an overflow an earlier test
+    left there would otherwise be read by the next one, so a test's outcome would depend on the
+    order the tests run in (pytest-xdist gives each worker its own order).
 
     Tests that need more of the emulated device (a fresh eager register, INF/NaN mode, every
     float16 op saturated, a precision mode) take the plugin's ``npu_device`` fixture.
     """
     from npu_loss_scale import emulation
+    if tf.executing_eagerly():
+        emulation.npu_clear_float_status_v2()
     previous = emulation.set_device_sat_mode(emulation.SATURATION)
     yield
     emulation.set_device_sat_mode(previous)

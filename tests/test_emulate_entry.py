@@ -107,6 +107,7 @@ def test_entry_point_splits_its_own_options_from_the_scripts():
 
 
 # -- unmodified scripts, in a fresh interpreter ---------------------------------------------------
+@pytest.mark.slow
 def test_bert_script_with_dynamic_scale_skips_saturated_steps_and_recovers(tmp_path):
     """2**17 and 2**16 overflow float16 (gradient 1 * scale > 65504); 2**15 does not.
 
@@ -132,6 +133,7 @@ def test_bert_script_with_dynamic_scale_skips_saturated_steps_and_recovers(tmp_p
     assert kernel == pytest.approx([1.0 - 2 * 0.25 / 2 ** 0.5] * 2, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_bert_script_with_fixed_scale_in_inf_nan_mode_applies_every_finite_step(tmp_path):
     result = _run(["--sat-mode", "1", BERT_SCRIPT, "--npu_bert_loss_scale=1024",
                    "--num_train_steps=3"], cwd=str(tmp_path))
@@ -142,6 +144,7 @@ def test_bert_script_with_fixed_scale_in_inf_nan_mode_applies_every_finite_step(
     assert steps == [(True, 1024.0, 1), (True, 1024.0, 2), (True, 1024.0, 3)]
 
 
+@pytest.mark.slow
 def test_bert_script_on_several_ranks_asks_for_distributed_agreement(tmp_path):
     result = _run([BERT_SCRIPT, "--num_train_steps=1"], extra_env={"RANK_SIZE": "2"},
                   cwd=str(tmp_path))
@@ -151,6 +154,7 @@ def test_bert_script_on_several_ranks_asks_for_distributed_agreement(tmp_path):
     assert "RANK_SIZE=2" in result.stderr and "single rank" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_real_npu_bridge_is_used_as_is(tmp_path):
     script = tmp_path / "which_bridge.py"
     script.write_text("import npu_bridge\nprint(npu_bridge.__file__)\n")

@@ -31,6 +31,7 @@ def test_the_scaled_product_is_tensorflows(dtype, scale):
     assert product.tobytes() == model.tobytes()
 
 
+@pytest.mark.slow
 def test_a_grad_scaler_case_near_the_smallest_scale_matches_the_reference():
     case = fuzz_campaign.make_case(11, 6, steps=6)
     assert (case["frontend"], case["dtype"], case["optimizer"]) == ("grad_scaler", "bfloat16",

@@ -47,6 +47,7 @@ def _run(frontends, steps, steps_per_case, seed=SEED, cases=None):
     return tally, out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
 def test_a_seeded_slice_finds_no_mismatch(frontend):
     cases, per_case = SLICE[frontend]
@@ -58,6 +59,7 @@ def test_a_seeded_slice_finds_no_mismatch(frontend):
     assert "mismatches 0" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", MORE_SEEDS)
 @pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
 def test_more_seeds_find_no_mismatch(frontend, seed):
@@ -68,6 +70,7 @@ def test_more_seeds_find_no_mismatch(frontend, seed):
 
 
 @pytest.mark.parametrize("frontend", fuzz_campaign.FRONTENDS)
+@pytest.mark.slow
 def test_cases_at_the_edges_and_tampered_restores_find_no_mismatch(frontend):
     """Each extreme the front end's rule can reach, a tampered checkpoint and (GradScaler)
     torch's habit, a few steps each."""
@@ -96,6 +99,7 @@ def test_cases_are_reproducible_from_seed_and_index():
     assert [s["injected"] for s in first] == [s["injected"] for s in second]
 
 
+@pytest.mark.slow
 def test_the_campaign_reports_an_optimizer_that_applies_overflowed_steps(monkeypatch):
     original = nls.NPULossScaleOptimizer._read_and_agree  # pylint: disable=protected-access
 
@@ -111,6 +115,7 @@ def test_the_campaign_reports_an_optimizer_that_applies_overflowed_steps(monkeyp
     assert '"frontend": "npu_graph"' in text           # the failing case's parameters
 
 
+@pytest.mark.slow
 def test_the_campaign_reports_a_scale_rule_that_drifts_from_the_twin(monkeypatch):
     original = nls.ExponentialUpdateLossScaleManager.update_loss_scale
 
@@ -140,6 +145,7 @@ def test_the_keras_twin_keeps_a_finite_scale_where_doubling_gives_inf():
     assert twin.state() == {"loss_scale": 2.0 ** 126}
 
 
+@pytest.mark.slow
 def test_a_keras_case_that_reaches_float32s_ceiling_matches_its_twin():
     """Seed 7, case 8 (growth every step, bfloat16): the scale reaches 2**127 by step 143 and
     must stay there, in the package and in the twin, with every step decided alike."""

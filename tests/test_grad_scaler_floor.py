@@ -24,6 +24,7 @@ def _train_step(scaler, opt, w, bad):
     scaler.update()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
 def test_a_long_overflow_run_stops_at_the_smallest_normal_scale_and_the_next_step_trains(traced):
     w = tf.Variable([1.0, 2.0])
@@ -49,6 +50,7 @@ def test_the_twin_stops_at_the_smallest_normal_scale():
     assert twin.as_dict() == {"scale": 2 * TINY, "growth_tracker": 0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
 def test_scale_and_count_equal_the_twin_through_long_overflow_runs(traced):
     rng = np.random.default_rng(20)

@@ -2,9 +2,12 @@
 import subprocess
 import sys
 
+import pytest
+
 OPTIONAL = ("horovod", "tensorflow_estimator", "npu_bridge", "matplotlib", "safetensors")
 
 
+@pytest.mark.slow
 def test_importing_the_package_pulls_in_no_optional_dependency():
     # Compared with what `import tensorflow` alone loads (TF 2.21 imports matplotlib itself
     # when it is installed): the package must add none of the optional modules.

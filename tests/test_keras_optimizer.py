@@ -143,6 +143,7 @@ def _model():
     return tf.keras.Model(inputs, outputs)
 
 
+@pytest.mark.slow
 def test_model_fit_mixed_float16_skips_saturated_step_and_checkpoint_round_trips(
         mixed_float16, tmp_path):  # pylint: disable=redefined-outer-name,unused-argument
     model = _model()
@@ -199,6 +200,7 @@ def test_inf_nan_backend_misses_what_the_register_sees():
     emulation.npu_clear_float_status_v2()
 
 
+@pytest.mark.slow
 def test_importing_the_package_does_not_import_keras_or_datasets():
     code = ("import sys, tensorflow; before = set(sys.modules); import npu_loss_scale; "
             "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
@@ -278,6 +280,7 @@ for name, half in [("second", np.concatenate([x[:4], x[4:] * 1e5])),
 @pytest.mark.parametrize("inner", ["tf.keras.optimizers.SGD"] + ([] if OPTIMIZER_V2_ONLY else [
     pytest.param(LEGACY_OPTIMIZERS + ".SGD", marks=pytest.mark.skipif(
         KERAS3, reason=NO_LEGACY_REASON))]))
+@pytest.mark.slow
 def test_an_overflow_on_the_second_replica_only_skips_the_step(inner):
     # Two logical CPUs must be configured before TensorFlow initialises its devices: a fresh
     # process. Each replica has its own register; only the second one's half saturates first.

@@ -250,6 +250,7 @@ def test_an_unreadable_state_file_falls_back_to_the_manifests(saved_run, tmp_pat
 
 
 # -- the campaign: real processes, real SIGKILLs --------------------------------------------------
+@pytest.mark.slow
 def test_a_run_killed_three_times_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
     args = kill_restore.parse_args(["--steps", "16", "--every", "4", "--kills", "3",
                                     "--seed", str(SEED), "--pause-in-save", "0.3",

@@ -47,6 +47,7 @@ def _scaler_params(draw):
     return params
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(params=_scaler_params(), overflow_seq=st.lists(st.booleans(), min_size=1, max_size=40))
 def test_dynamic_scaler_matches_the_twin_step_for_step_in_graph_mode(params, overflow_seq):

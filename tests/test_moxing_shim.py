@@ -327,6 +327,7 @@ MODELARTS_SCRIPT = """
 """
 
 
+@pytest.mark.slow
 def test_a_modelarts_shaped_script_runs_on_local_paths_through_the_emulator(tmp_path):
     data = tmp_path / "bucket" / "data"
     data.mkdir(parents=True)

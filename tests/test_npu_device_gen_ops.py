@@ -89,6 +89,7 @@ print(json.dumps({{"eager": eager, "graph": graph}}))
 """
 
 
+@pytest.mark.slow
 def test_seeds_zero_zero_draw_afresh_and_any_other_pair_repeats_the_stream_across_runs():
     fixed = [_first_masks(SEED_CODE.format(s=11, s2=22)) for _ in range(2)]
     assert fixed[0] == fixed[1]  # the same masks, in the same order, in another process
@@ -228,6 +229,7 @@ def test_do_mask_v3_multiplies_so_a_dropped_nan_stays_nan_and_checks_the_mask(ge
         gen_ops.drop_out_do_mask_v3(tf.ones([32, 32]), tf.zeros([1, 2, 16, 16], tf.uint8), 0.5)
 
 
+@pytest.mark.slow
 def test_v3_pair_with_a_dynamic_shape_and_its_gradient(gen_ops):
     @tf.function(input_signature=[tf.TensorSpec(None)])
     def run(v):
@@ -334,6 +336,7 @@ def test_user_gradient_registrations_for_the_device_op_types_still_work(npu_shim
 
 
 # -- a TF2 script in the corpus's shape, through the emulate entry point --------------------------------
+@pytest.mark.slow
 def test_tf2_script_with_a_vendored_npu_ops_trains_through_the_emulator(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("RANK_SIZE", None)

@@ -80,6 +80,7 @@ def _horovod_missing():
     return None
 
 
+@pytest.mark.distributed
 @pytest.mark.skipif(_horovod_missing() is not None,
                     reason="horovod is not importable here (%s); build it with "
                            "`bash scripts/build_horovod.sh <venv>`" % _horovod_missing())

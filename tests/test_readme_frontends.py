@@ -26,6 +26,7 @@ def test_the_guides_have_the_three_front_end_examples():
 
 
 @pytest.mark.parametrize("index", [0, 1, 2], ids=["grad_scaler", "optimizer_thread", "keras"])
+@pytest.mark.slow
 def test_readme_front_end_example_prints_what_it_says(index):
     code = _blocks()[index]
     expected = re.findall(r"^print\(.*\)\s+# (.+)$", code, re.M)[-1].strip()

@@ -19,6 +19,7 @@ def test_readme_has_the_localisation_and_advisor_examples():
     assert len(_blocks()) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", [0, 1], ids=["localisation", "advisor"])
 def test_readme_finding_the_overflow_example_prints_what_it_says(index):
     code = _blocks()[index]

@@ -110,6 +110,7 @@ def fp32_accuracy(digits):  # pylint: disable=redefined-outer-name
     return _fp32_accuracy(digits)
 
 
+@pytest.mark.slow
 def test_grad_scaler_mixed_float16_training_matches_float32_and_survives_a_saturated_batch(
         digits, fp32_accuracy, policy, tmp_path):  # pylint: disable=redefined-outer-name
     policy("mixed_float16")
@@ -174,6 +175,7 @@ def test_inf_nan_backend_lets_the_saturated_batch_through(digits, policy):  # py
     emulation.npu_clear_float_status_v2()
 
 
+@pytest.mark.slow
 def test_keras_optimizer_fit_mixed_float16_matches_float32_and_skips_a_saturated_batch(
         digits, fp32_accuracy, policy, tmp_path):  # pylint: disable=redefined-outer-name
     policy("mixed_float16")

@@ -206,6 +206,7 @@ ABSL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_absl_script_with_eager_turned_off_in_main_and_momentum_builds_and_trains(tmp_path,
                                                                                   accumulation):

@@ -98,6 +98,7 @@ def test_survey_ranks_names_by_model_directories_and_measures_coverage(corpus):
     }
 
 
+@pytest.mark.tf_independent   # the scripts read as text, the shim stood in for
 def test_survey_ranking_uses_the_given_provider_and_prints_a_table(corpus):
     survey = _load()
     result = survey.survey(corpus, provides=lambda name: "dropout" not in name)
@@ -107,6 +108,7 @@ def test_survey_ranking_uses_the_given_provider_and_prints_a_table(corpus):
     assert survey.format_summary(result).endswith("in 1 of 2 model directories (50%)")
 
 
+@pytest.mark.slow
 def test_survey_command_prints_the_table_and_coverage(corpus, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     out = tmp_path / "survey.json"
@@ -121,6 +123,7 @@ def test_survey_command_prints_the_table_and_coverage(corpus, tmp_path):
     assert bad.returncode == 2 and "CORPUS_DIR must be an existing folder" in bad.stderr
 
 
+@pytest.mark.tf_independent   # the scripts read as text, the shim stood in for
 def test_mindspore_scripts_are_not_tensorflow_loss_scale_files(tmp_path):
     root = str(tmp_path / "zoo")
     _write(root, "TensorFlow/audio/Tagger_for_TensorFlow/train.py", """

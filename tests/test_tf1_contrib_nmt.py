@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from npu_loss_scale import detection, emulation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -168,6 +170,7 @@ with tf.Session() as sess:
 '''
 
 
+@pytest.mark.slow
 def test_npu_distributed_optimizer_wraps_an_optimizer_that_skips_optimizer_init(tmp_path):
     """The adapter names the wrapper "Distributed" + the wrapped class's name, so an optimizer
     with no ``_name`` wraps; the overflowing step (1e38 * 2**10) is skipped, the others apply."""

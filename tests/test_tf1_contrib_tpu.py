@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 
 from npu_loss_scale import detection, emulation
@@ -78,6 +79,7 @@ def _has_estimator():
         return False
 
 
+@pytest.mark.slow
 def test_tf1_contrib_tpu_estimator_trains_through_npu_loss_scale_optimizer(tmp_path):
     """1e34 * 2**20 overflows float32: that step is skipped, the two others apply
     (w = 1 - 0.5 * 1 - 0.5 * 2); with no Estimator (TF > 2.15) the error names what is missing."""

@@ -84,6 +84,7 @@ def test_tf1_mode_gives_user_files_the_v1_control_flow_names_tf2_moved(tmp_path)
         in result.stderr
 
 
+@pytest.mark.slow
 def test_tf1_contrib_slim_batch_norm_with_a_tensor_is_training(tmp_path):
     pytest.importorskip("tf_slim")
     result = _emulate_tf1(tmp_path, "slim_batch_norm.py", _SLIM_SCRIPT)
@@ -91,6 +92,7 @@ def test_tf1_contrib_slim_batch_norm_with_a_tensor_is_training(tmp_path):
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [2, 4, 4, 2]
 
 
+@pytest.mark.slow
 def test_tf1_contrib_slim_batch_norm_with_update_ops_uses_the_v1_layers_batch_norm(tmp_path):
     pytest.importorskip("tf_slim")
     import tensorflow as tf  # pylint: disable=import-outside-toplevel

@@ -80,6 +80,7 @@ def _keras_2_layers():
         return False
 
 
+@pytest.mark.slow
 def test_tf1_slim_batch_norm_builds_tf1_batch_normalization_layer(tmp_path):
     """``slim.conv2d(..., normalizer_fn=slim.batch_norm)`` with the default update collection
     builds ``tensorflow.python.layers.normalization.BatchNormalization``, which TF 2.x looks for

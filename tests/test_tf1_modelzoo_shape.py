@@ -67,6 +67,7 @@ def _check_steps(lines, report):
                                               "steps_applied": 3, "steps_skipped": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tf1_flag", [True, False], ids=["tf1", "plain"])
 def test_modelzoo_shaped_script_trains_through_the_loss_scale_optimizer(tmp_path, tf1_flag):
     result, lines, report = _run(tmp_path, tf1_flag)

@@ -162,6 +162,7 @@ _TF1_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tf1_flag", [False, True], ids=["plain", "tf1_flag"])
 def test_the_emulate_entry_point_runs_a_tf1_script(tmp_path, tf1_flag):
     if not TF1 and not tf1_flag:

@@ -243,6 +243,7 @@ def _emulate(args, cwd):
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_keras_script_with_mix_precision_in_npu_device_options_exercises_the_loss_scaler(
         tmp_path):
     """A float32 Keras model: in float32 a scale of 2**20 never overflows; with the device's
@@ -266,6 +267,7 @@ def test_keras_script_with_mix_precision_in_npu_device_options_exercises_the_los
         1, len(mixed) - len(skipped), len(skipped))
 
 
+@pytest.mark.slow
 def test_emulate_precision_mode_applies_to_a_tf2_script_without_npu_device(tmp_path):
     script = tmp_path / "plain_tf2.py"
     script.write_text(

@@ -67,6 +67,7 @@ def _emulate(tmp_path, *args, every_line=False):
     return (lines if every_line else lines[-1]), report
 
 
+@pytest.mark.slow
 def test_a_tf2_script_whose_dropout_seeds_from_graph_last_id_trains(tmp_path):
     """Before: AttributeError: 'FuncGraph' object has no attribute '_last_id' when ``fit`` built
     the dropout; now it trains 2 steps through NpuLossScaleOptimizer with op seed _last_id."""
@@ -122,6 +123,7 @@ def test_keras_mixed_precision_experimental_maps_to_the_stable_api():
         experimental.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), object())
 
 
+@pytest.mark.slow
 def test_a_tf2_script_setting_its_policy_through_the_experimental_api_trains(tmp_path):
     """Before: AttributeError: module 'keras.api._v2.keras.mixed_precision' has no attribute
     'experimental' at the script's set_policy; now both dtypes train 2 steps."""
@@ -152,6 +154,7 @@ def _largest_fitting_scale():
 
 
 @pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers")
+@pytest.mark.slow
 def test_a_tf2_script_with_an_optimizerv2_optimizer_trains_through_npu_loss_scale_optimizer(
         tmp_path):
     """Before: TypeError (legacy optimizers not supported) at NpuLossScaleOptimizer(...), where
@@ -187,6 +190,7 @@ print(json.dumps([ctx.get_strategy() is tf.distribute.get_strategy(),
 """
 
 
+@pytest.mark.slow
 def test_a_tf2_script_gets_the_tf_internals_tf_2_14_moved(tmp_path):
     """``distribution_strategy_context`` (folded into distribute_lib in TF 2.14) and the names
     moved out of ``framework.ops`` resolve in a TF2 script's own files, as in TF1 mode."""
@@ -198,6 +202,7 @@ def test_a_tf2_script_gets_the_tf_internals_tf_2_14_moved(tmp_path):
 
 @pytest.mark.skipif(KERAS3, reason="Keras 3 has no legacy (OptimizerV2) optimizers: keras."
                     "optimizer_v2 is unmapped")
+@pytest.mark.slow
 def test_a_tf2_script_with_an_optimizer_on_tf_2_4_internals_trains(tmp_path):
     """Before: ModuleNotFoundError: No module named 'keras.optimizer_v2' (then the
     distribution_strategy_context import and the ops names); now its OptimizerV2 subclass trains

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from npu_loss_scale import detection, emulation
@@ -144,6 +145,7 @@ def test_entry_scripts_and_generic_arguments_are_chosen_from_the_scripts_own_def
         == 3 * 3073
 
 
+@pytest.mark.slow
 def test_try_script_runs_a_sample_and_counts_only_evidence_of_loss_scaled_steps(tmp_path):
     """Three model directories: one trains through NPULossScaleOptimizer, one builds it but
     fails on an import before any step, one trains with a plain optimizer (not counted)."""
@@ -207,6 +209,7 @@ def test_try_script_runs_a_sample_and_counts_only_evidence_of_loss_scaled_steps(
         in out.stdout
 
 
+@pytest.mark.slow
 def test_a_recipe_gives_a_script_its_arguments_and_data_and_is_counted_apart(tmp_path):
     """A script that needs a vocabulary file and a task name fails with the generic arguments
     and trains with the recipe that writes them; the summary counts the two apart."""
@@ -258,6 +261,7 @@ def test_a_recipe_gives_a_script_its_arguments_and_data_and_is_counted_apart(tmp
 
 
 
+@pytest.mark.slow
 def test_a_listed_script_gets_its_recipe_and_the_lines_extra_arguments_come_last(tmp_path):
     """--list FILE: the listed script's model directory has a recipe, which gives it its data
     and arguments; the line's own argument is appended after them (here it overrides one)."""
@@ -348,6 +352,7 @@ def test_python_that_cannot_run_tensorflow_is_refused_by_name(tmp_path):
     assert "--python must be a Python interpreter; got %r" % missing in out.stderr
 
 
+@pytest.mark.slow
 def test_a_relative_python_runs_the_scripts_and_tf1_mode_only_on_tensorflow_2(tmp_path):
     """Scripts run from their own folders, so ``--python`` relative to the caller's folder must
     still find the interpreter; on TensorFlow 1.x the TF1 script runs without ``--tf1``."""
