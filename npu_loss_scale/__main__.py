@@ -13,6 +13,8 @@ import argparse
 import json
 import sys
 
+from . import __version__
+
 PROG = "npu-loss-scale"
 
 _EPILOG = """\
@@ -24,11 +26,6 @@ examples:
 """
 
 
-def _version():
-    from . import __version__  # pylint: disable=import-outside-toplevel
-    return __version__
-
-
 def build_parser(prog=PROG):
     """The command's argument parser (building or printing it imports no TensorFlow)."""
     parser = argparse.ArgumentParser(
@@ -36,7 +33,7 @@ def build_parser(prog=PROG):
         description="npu-loss-scale: Ascend NPU loss scaling for TensorFlow, with a CPU "
                     "emulation of the device.", epilog=_EPILOG)
     parser.add_argument("--version", action="version",
-                        version="%(prog)s " + _version())
+                        version="%(prog)s " + __version__)
     commands = parser.add_subparsers(dest="command", metavar="{report,build-kernel,emulate}")
     report = commands.add_parser(
         "report", help="print the environment report (versions, backend, saturation mode, "

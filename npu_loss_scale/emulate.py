@@ -85,6 +85,7 @@ import os
 import runpy
 import sys
 
+from . import __version__
 from .ascend.precision_modes import PRECISION_MODES
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_npu_bridge_shim")
@@ -226,11 +227,6 @@ def _loss_scale(value):
     return number
 
 
-def _version():
-    from . import __version__  # pylint: disable=import-outside-toplevel
-    return __version__
-
-
 def build_parser(prog=_PROG):
     """The command's argument parser (no TensorFlow is imported to build or print it)."""
     parser = argparse.ArgumentParser(
@@ -242,7 +238,7 @@ def build_parser(prog=_PROG):
                     "npu_bridge / npu_device / hccl / moxing provided by a CPU stand-in.",
         epilog=_EPILOG)
     parser.add_argument("--version", action="version",
-                        version="%(prog)s (npu-loss-scale) " + _version())
+                        version="%(prog)s (npu-loss-scale) " + __version__)
     parser.add_argument("-m", dest="as_module", action="store_true",
                         help="run a module as `python -m` does (the first positional is its "
                              "name)")
