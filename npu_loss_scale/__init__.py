@@ -17,33 +17,34 @@ npu_loss_scale import GradScaler``), so that, for example, the package's pytest 
 pytest at start-up through its entry point) costs nothing in test runs that do not use it.
 """
 import importlib
-import importlib.util
+
+from npu_loss_scale._internal import moved as _moved
 
 __version__ = "0.2.0"
 
 # public name -> (submodule, attribute in it; None = the submodule itself)
 _EXPORTS = {
-    "emulation": (".emulation", None),
+    "emulation": (".device.register", None),
     "BACKEND_NAMES": (".detection", "BACKEND_NAMES"),
     "BACKEND_ENV_VAR": (".detection", "ENV_VAR"),
     "clear_overflow_status": (".detection", "clear_overflow_status"),
     "get_backend_name": (".detection", "get_backend_name"),
-    "get_device_sat_mode": (".emulation", "get_device_sat_mode"),
-    "is_inf_nan_enabled": (".emulation", "is_inf_nan_enabled"),
-    "saturate": (".emulation", "saturate"),
-    "set_device_sat_mode": (".emulation", "set_device_sat_mode"),
-    "NPULossScaleOptimizer": (".optimizer", "NPULossScaleOptimizer"),
-    "ExponentialUpdateLossScaleManager": (".policy", "ExponentialUpdateLossScaleManager"),
-    "FixedLossScaleManager": (".policy", "FixedLossScaleManager"),
-    "LossScaleManager": (".policy", "LossScaleManager"),
-    "ConstantGradScaler": (".megatron_scalers", "ConstantGradScaler"),
-    "DynamicGradScaler": (".megatron_scalers", "DynamicGradScaler"),
-    "MegatronGradScaler": (".megatron_scalers", "MegatronGradScaler"),
-    "MegatronGradientProcessor": (".mixed_precision", "MegatronGradientProcessor"),
-    "MegatronMixedPrecisionOptimizer": (".mixed_precision", "MegatronMixedPrecisionOptimizer"),
-    "loss_scale_manager_from_flag": (".flags", "loss_scale_manager_from_flag"),
-    "LossScaleHook": (".hooks", "LossScaleHook"),
-    "OverflowStatusClearHook": (".hooks", "OverflowStatusClearHook"),
+    "get_device_sat_mode": (".device.register", "get_device_sat_mode"),
+    "is_inf_nan_enabled": (".device.register", "is_inf_nan_enabled"),
+    "saturate": (".device.register", "saturate"),
+    "set_device_sat_mode": (".device.register", "set_device_sat_mode"),
+    "NPULossScaleOptimizer": (".optimizers.loss_scale", "NPULossScaleOptimizer"),
+    "ExponentialUpdateLossScaleManager": (".scaling.managers", "ExponentialUpdateLossScaleManager"),
+    "FixedLossScaleManager": (".scaling.managers", "FixedLossScaleManager"),
+    "LossScaleManager": (".scaling.managers", "LossScaleManager"),
+    "ConstantGradScaler": (".scaling.megatron", "ConstantGradScaler"),
+    "DynamicGradScaler": (".scaling.megatron", "DynamicGradScaler"),
+    "MegatronGradScaler": (".scaling.megatron", "MegatronGradScaler"),
+    "MegatronGradientProcessor": (".optimizers.megatron", "MegatronGradientProcessor"),
+    "MegatronMixedPrecisionOptimizer": (".optimizers.megatron", "MegatronMixedPrecisionOptimizer"),
+    "loss_scale_manager_from_flag": (".ascend.flags", "loss_scale_manager_from_flag"),
+    "LossScaleHook": (".frontends.hooks", "LossScaleHook"),
+    "OverflowStatusClearHook": (".frontends.hooks", "OverflowStatusClearHook"),
     "WarmupDecaySchedule": (".schedules", "WarmupDecaySchedule"),
     "warmup_decay_learning_rate": (".schedules", "warmup_decay_learning_rate"),
     "OptimizerParamScheduler": (".schedules", "OptimizerParamScheduler"),
@@ -53,34 +54,22 @@ _EXPORTS = {
     "param_group_override_to_tuple": (".schedules", "param_group_override_to_tuple"),
     "GradScaler": (".frontends", "GradScaler"),
     "OptimizerThread": (".frontends", "OptimizerThread"),
-    # warning categories, for warnings.filterwarnings (see npu_loss_scale._messages)
-    "NpuLossScaleWarning": ("._messages", "NpuLossScaleWarning"),
-    "LossScaleStuckWarning": ("._messages", "LossScaleStuckWarning"),
-    "OverflowInvisibleWarning": ("._messages", "OverflowInvisibleWarning"),
-    "RanksMayDivergeWarning": ("._messages", "RanksMayDivergeWarning"),
-    "FusedKernelWarning": ("._messages", "FusedKernelWarning"),
+    # errors and warning categories (for except clauses and warnings.filterwarnings)
+    "AgreementError": (".agreement", "AgreementError"),
+    "NoInfChecksError": (".frontends", "NoInfChecksError"),
+    "NpuLossScaleWarning": ("._internal.messages", "NpuLossScaleWarning"),
+    "LossScaleStuckWarning": ("._internal.messages", "LossScaleStuckWarning"),
+    "OverflowInvisibleWarning": ("._internal.messages", "OverflowInvisibleWarning"),
+    "RanksMayDivergeWarning": ("._internal.messages", "RanksMayDivergeWarning"),
+    "FusedKernelWarning": ("._internal.messages", "FusedKernelWarning"),
 }
 
-__all__ = [
-    "NPULossScaleOptimizer", "LossScaleManager", "FixedLossScaleManager",
-    "ExponentialUpdateLossScaleManager", "get_backend_name", "BACKEND_NAMES", "BACKEND_ENV_VAR",
-    "emulation", "saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
-    "loss_scale_manager_from_flag", "LossScaleHook", "OverflowStatusClearHook",
-    "clear_overflow_status", "WarmupDecaySchedule",
-    "warmup_decay_learning_rate",
-    "MegatronGradScaler", "ConstantGradScaler", "DynamicGradScaler",
-    "MegatronMixedPrecisionOptimizer", "MegatronGradientProcessor",
-    "GradScaler", "OptimizerThread",
-    "OptimizerParamScheduler", "ParamGroupOverride", "param_group_override_to_tuple",
-    "combine_param_group_overrides", "ParamGroupOptimizer",
-    "NpuLossScaleWarning", "LossScaleStuckWarning", "OverflowInvisibleWarning",
-    "RanksMayDivergeWarning", "FusedKernelWarning",
-]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name):
-    # Names are imported from their submodule on first use (see the module docstring); so is any
-    # submodule reached as an attribute (``nls.keras``, ``nls.optimizer``) before being imported.
+    # Names are imported from their submodule on first use (see the module docstring). A
+    # submodule is an attribute once imported, as in any package; nothing else is public here.
     if name in _EXPORTS:
         module_name, attr = _EXPORTS[name]
         value = importlib.import_module(module_name, __name__)
@@ -88,9 +77,10 @@ def __getattr__(name):
             value = getattr(value, attr)
         globals()[name] = value
         return value
-    if not name.startswith("__") and importlib.util.find_spec("." + name, __name__) is not None:
-        return importlib.import_module("." + name, __name__)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+_moved.install()  # the old paths of modules moved in 0.3 (npu_loss_scale._internal.moved)
 
 
 def __dir__():

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from . import __version__
+from npu_loss_scale import __version__
 
 PROG = "npu-loss-scale"
 
@@ -56,7 +56,7 @@ def build_parser(prog=PROG):
 
 
 def _report(args):
-    from . import env_report  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.cli import env_report  # pylint: disable=import-outside-toplevel
     fields = env_report.collect()
     if args.json:
         print(json.dumps(dict(fields), indent=2))
@@ -66,8 +66,8 @@ def _report(args):
 
 
 def _build_kernel(args):
-    from . import _kernels  # pylint: disable=import-outside-toplevel
-    from ._messages import logged_to_stderr  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale._internal import kernels as _kernels  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale._internal.messages import logged_to_stderr  # pylint: disable=import-outside-toplevel
     try:
         with logged_to_stderr():  # the build's start and end
             path = _kernels.build_unscale_check(rebuild=args.rebuild)
@@ -83,7 +83,7 @@ def main(argv=None):
     """Entry point of ``npu-loss-scale`` and ``python -m npu_loss_scale``; the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "emulate":  # everything after it is emulate's, --help included
-        from . import emulate  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.cli import emulate  # pylint: disable=import-outside-toplevel
         return emulate.main(argv[1:], prog="%s emulate" % PROG)
     parser = build_parser()
     args = parser.parse_args(argv)

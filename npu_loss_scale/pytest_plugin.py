@@ -40,7 +40,7 @@ Assertion helpers (import them: ``from npu_loss_scale.pytest_plugin import ...``
     ``step()`` and before ``update()``, or a localisation ``StepOverflowRecord``.
 :func:`overflow_sites`
     The overflow sites (op, direction, dtype, ...) of the last step, from
-    :mod:`npu_loss_scale.localisation`.
+    :mod:`npu_loss_scale.device.localisation`.
 
 Example (a test of an Ascend script ``train.py`` whose ``main(steps)`` returns the per-step
 ``opt.step_report`` values)::
@@ -96,10 +96,10 @@ class NPUDevice:
     * ``sat_mode``: ``"saturation"`` or ``"inf_nan"``; assigning it switches the mode (as
       ``set_device_sat_mode`` does; build the model after switching).
     * ``saturate_every_op(dtypes=("float16",))``: a context manager in which every op of those
-      dtypes built is saturated (:func:`npu_loss_scale.saturation.saturate_every_op`). With the
+      dtypes built is saturated (:func:`npu_loss_scale.device.saturation.saturate_every_op`). With the
       marker's ``saturate_every_op=True`` it is on for the whole test.
     * ``precision_mode``: the ``precision_mode`` applied to sessions whose config names none
-      and to TF2 ops built or run eagerly while it is set (:mod:`npu_loss_scale.ascend.precision`),
+      and to TF2 ops built or run eagerly while it is set (:mod:`npu_loss_scale.device.precision`),
       None for float32 as written.
     * ``status(session=None)``: the eight words of the emulated register (0 = nothing since the
       last clear), read in ``session`` (TF1 graph) or eagerly; ``clear(session=None)`` clears it.
@@ -120,7 +120,7 @@ class NPUDevice:
 
     # -- set-up and tear-down -----------------------------------------------------------------
     def _setup(self, sat_mode, saturate_every_op, precision_mode):
-        from . import emulation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
         sat_mode = _check_sat_mode(sat_mode)
         if not isinstance(saturate_every_op, bool):
             raise TypeError("saturate_every_op must be True or False; got %r"
@@ -152,14 +152,14 @@ class NPUDevice:
 
     @sat_mode.setter
     def sat_mode(self, value):
-        from . import emulation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
         value = _check_sat_mode(value)
         emulation.set_device_sat_mode(SAT_MODES[value])
         self._sat_mode = value
 
     # -- saturation of every op ----------------------------------------------------------------
     def saturate_every_op(self, dtypes=("float16",)):
-        from . import saturation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import saturation  # pylint: disable=import-outside-toplevel
         return saturation.saturate_every_op(dtypes)
 
     # -- precision mode ------------------------------------------------------------------------
@@ -169,7 +169,7 @@ class NPUDevice:
 
     @precision_mode.setter
     def precision_mode(self, mode):
-        from .ascend import precision  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import precision  # pylint: disable=import-outside-toplevel
         if mode is not None:
             precision.check_precision_mode(mode)
         self._ensure_precision_hook()
@@ -187,7 +187,7 @@ class NPUDevice:
         too): one installed here is removed at the end of the test, one found is left in place;
         the default mode is restored either way.
         """
-        from .ascend import precision  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import precision  # pylint: disable=import-outside-toplevel
         if self._hook_installed:
             return
         self._hook_installed = True
@@ -204,7 +204,7 @@ class NPUDevice:
     # -- the register ----------------------------------------------------------------------------
     def status(self, session=None):
         """The emulated register's eight words as a list of ints (not cleared by reading)."""
-        from . import emulation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
         if session is None:
             return [int(v) for v in emulation.npu_get_float_status_v2().numpy()]
         with session.graph.as_default():
@@ -213,7 +213,7 @@ class NPUDevice:
 
     def clear(self, session=None):
         """Clears the emulated register (all reader slots), in ``session`` or eagerly."""
-        from . import emulation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
         if session is None:
             emulation.npu_clear_float_status_v2()
             return
@@ -223,7 +223,7 @@ class NPUDevice:
 
     # -- Ascend scripts in this process ------------------------------------------------------------
     def _install_shim(self):
-        from . import emulate  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.cli import emulate  # pylint: disable=import-outside-toplevel
         if emulate.install_shim():
             self._stack.callback(emulate.uninstall_shim)
             self._ensure_precision_hook()   # as emulate does: a config's precision_mode counts
@@ -439,7 +439,7 @@ class NPURanks:
     @staticmethod
     def _launch(n, child, what, run_dir, spec_path, timeout, env, check):
         __tracebackhide__ = True  # pylint: disable=unused-variable
-        from .ascend import ranks  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.ascend import ranks  # pylint: disable=import-outside-toplevel
         base = dict(os.environ)
         base.pop("TF_CONFIG", None)
         base.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -645,7 +645,7 @@ def _describe(details):
 def _sites_note():
     """The last recorded overflow sites, when localisation is available and has some."""
     try:
-        localisation = importlib.import_module("npu_loss_scale.localisation")
+        localisation = importlib.import_module("npu_loss_scale.device.localisation")
         record = localisation.last_record()
     except Exception:  # pylint: disable=broad-except
         return ""      # the note is extra information only; the assertion stands without it
@@ -691,22 +691,22 @@ def overflow_sites():
     """The overflow sites of the last recorded step (``OverflowSite`` objects: ``op_name``,
     ``direction`` "forward"/"backward", ``dtype``, ``magnitude``, ``order``, ``first``).
 
-    Comes from :func:`npu_loss_scale.localisation.last_record`. Raises RuntimeError when that
+    Comes from :func:`npu_loss_scale.device.localisation.last_record`. Raises RuntimeError when that
     module is not available or when no step has been recorded yet (never an empty list for
     "unknown"); an empty list means the last step had no overflow site.
     """
     try:
-        localisation = importlib.import_module("npu_loss_scale.localisation")
+        localisation = importlib.import_module("npu_loss_scale.device.localisation")
     except ModuleNotFoundError as exc:
-        if exc.name not in ("npu_loss_scale.localisation", "npu_loss_scale"):
+        if exc.name not in ("npu_loss_scale.device.localisation", "npu_loss_scale"):
             raise
-        raise RuntimeError("overflow_sites() needs npu_loss_scale.localisation (overflow-site "
+        raise RuntimeError("overflow_sites() needs npu_loss_scale.device.localisation (overflow-site "
                            "localisation), which this installation of npu_loss_scale does not "
                            "have") from exc
     record = localisation.last_record()
     if record is None:
         raise RuntimeError("overflow_sites(): no training step has been recorded yet "
-                           "(npu_loss_scale.localisation.last_record() is None)")
+                           "(npu_loss_scale.device.localisation.last_record() is None)")
     return list(record.sites)
 
 

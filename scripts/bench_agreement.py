@@ -41,7 +41,7 @@ def _worker(args):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     import npu_loss_scale as nls  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale import agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
 
     base = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
                                     inter_op_parallelism_threads=2)

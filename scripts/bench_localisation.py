@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import npu_loss_scale as nls  # noqa: E402
-from npu_loss_scale import localisation, saturation  # noqa: E402
+from npu_loss_scale.device import localisation
+from npu_loss_scale.device import saturation  # noqa: E402
 
 VARIANTS = (localisation.OFF, localisation.OVERFLOW, localisation.OBSERVE)
 

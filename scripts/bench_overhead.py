@@ -29,7 +29,7 @@ the loss-scaled variants (Grappler would drop a multiply by the constant 1). Var
   tf_dynamic       TensorFlow's MixedPrecisionLossScaleOptimizer, dynamic <- baseline B
   nls_inf_nan      NPULossScaleOptimizer, inf_nan backend
   nls_emulation    NPULossScaleOptimizer, emulation backend
-                   (both with the fused unscale-and-check kernel of npu_loss_scale._kernels
+                   (both with the fused unscale-and-check kernel of npu_loss_scale._internal.kernels
                    when it builds: the run says whether it did)
   nls_inf_nan_2p   the same, built with NPU_LOSS_SCALE_FUSED_UNSCALE=off: the check (one sum
   nls_emulation_2p per tensor) and the unscaling multiply as two passes
@@ -57,7 +57,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import npu_loss_scale as nls  # noqa: E402
-from npu_loss_scale import _kernels  # noqa: E402
+from npu_loss_scale._internal import kernels as _kernels  # noqa: E402
 
 FUSED_ENV = _kernels.ENV_MODE
 

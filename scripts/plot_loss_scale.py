@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Turn TensorBoard event files into a PNG: loss scale, overflow events and loss over steps.
 
-Reads the scalars that ``npu_loss_scale.hooks.LossScaleHook`` writes (``loss_scale/scale``,
+Reads the scalars that ``npu_loss_scale.frontends.hooks.LossScaleHook`` writes (``loss_scale/scale``,
 ``loss_scale/overflow``, ``loss_scale/skipped_steps``, ``loss_scale/loss``), whose step axis is
 the training iteration (applied + skipped steps), from the event files directly inside each run
 folder (sub-folders such as an Estimator's ``eval_*`` are not read).

@@ -312,7 +312,7 @@ def _py_files(folder):
 # -- what the shim provides ------------------------------------------------------------------------
 def shim_resolver():
     """A function qualified-name -> bool: does the emulate shim provide it? (imports the shim)"""
-    from npu_loss_scale import emulate  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.cli import emulate  # pylint: disable=import-outside-toplevel
     emulate.install_shim()
     star_cache = {}
 
@@ -375,7 +375,7 @@ def survey(corpus, provides=None):
         per_dir[d] = used
     all_names = sorted(set().union(*per_dir.values())) if per_dir else []
     if provides is None:
-        from npu_loss_scale import emulate  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.cli import emulate  # pylint: disable=import-outside-toplevel
         installed_before = emulate.SHIM_DIR in sys.path
         try:
             provides = shim_resolver()

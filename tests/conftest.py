@@ -33,8 +33,9 @@ def _drop_modules(*tops):
 def npu_shim(monkeypatch):
     """The emulate runner's npu_bridge/hccl/npu_device/moxing shim on sys.path for one test (a
     one-rank environment), removed afterwards with the session and loop hooks it may install."""
-    from npu_loss_scale import emulate  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.ascend import loops, precision  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.cli import emulate  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.ascend import loops
+    from npu_loss_scale.device import precision  # pylint: disable=import-outside-toplevel
     monkeypatch.delenv("RANK_SIZE", raising=False)
     monkeypatch.delenv("RANK_ID", raising=False)
     _drop_modules("npu_bridge", "hccl", "npu_device", "moxing")
@@ -45,7 +46,7 @@ def npu_shim(monkeypatch):
     precision.uninstall_session_hook()
     precision.uninstall_op_precision()
     precision.set_default_precision_mode(None)
-    from npu_loss_scale import emulation  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
     emulation.npu_clear_float_status_v2()   # an overflow a test left in the register
     loops.uninstall_run_hook()
 
@@ -74,7 +75,7 @@ def _default_sat_mode():
     Tests that need more of the emulated device (a fresh eager register, INF/NaN mode, every
     float16 op saturated, a precision mode) take the plugin's ``npu_device`` fixture.
     """
-    from npu_loss_scale import emulation
+    from npu_loss_scale.device import register as emulation
     if tf.executing_eagerly():
         emulation.npu_clear_float_status_v2()
     previous = emulation.set_device_sat_mode(emulation.SATURATION)

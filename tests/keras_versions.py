@@ -10,7 +10,7 @@ import inspect
 
 import tensorflow as tf
 
-from npu_loss_scale._compat import keras as compat_keras
+from npu_loss_scale._internal.compat import keras as compat_keras
 
 KERAS3 = compat_keras.is_keras3()
 OPTIMIZER_V2_ONLY = not KERAS3 and compat_keras.keras2_classes().optimizer is None

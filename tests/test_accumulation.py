@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from tf_versions import tf2_only
-from npu_loss_scale import agreement
+from npu_loss_scale.agreement import core as agreement
 
 BIG = 1e6
 

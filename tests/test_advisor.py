@@ -11,7 +11,11 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import advisor, detection, emulation, localisation, saturation
+from npu_loss_scale.tools import advisor
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import localisation
+from npu_loss_scale.device import saturation
 
 
 @pytest.fixture(autouse=True)

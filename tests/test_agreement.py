@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from tf_versions import collective_v2_only
-from npu_loss_scale import agreement
+from npu_loss_scale.agreement import core as agreement
 
 WORLD_ENV = ("TF_CONFIG", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "RANK_SIZE",
              "WORLD_SIZE", agreement.TIMEOUT_ENV_VAR)

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import detection, emulation
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.device import register as emulation
 from rank_lines import json_events
-from npu_loss_scale._compat import keras as compat_keras
-from npu_loss_scale.ascend import precision
+from npu_loss_scale._internal.compat import keras as compat_keras
+from npu_loss_scale.device import precision
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SESSION_SCRIPT = os.path.join(HERE, "scripts", "ascend_session_mix_precision.py")

@@ -28,7 +28,10 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import detection, emulate, emulation, saturation
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.cli import emulate
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import saturation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DOC = os.path.join(HERE, os.pardir, "docs", "bad-inputs.md")

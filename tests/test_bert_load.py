@@ -78,7 +78,7 @@ def sdist():
 
 # -- the float16 op boundary (no model needed) ---------------------------------------------------
 def _status(tensors):
-    from npu_loss_scale import emulation
+    from npu_loss_scale.device import register as emulation
     with tf.control_dependencies(tensors):
         return emulation.npu_get_float_status_v2()
 
@@ -124,7 +124,7 @@ def test_saturation_can_be_switched_off_then_overflow_is_ieee(graph, session):
 
 
 def test_inf_nan_mode_of_the_package_turns_saturation_off(graph, session):
-    from npu_loss_scale import emulation
+    from npu_loss_scale.device import register as emulation
     emulation.set_device_sat_mode(emulation.INF_NAN)   # conftest restores saturation mode
     out = bert_modeling._sat(tf.constant([1e5, 2.0]))  # pylint: disable=protected-access
     values = session.run(out)

@@ -15,8 +15,14 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import __main__ as cli, _kernels, _messages, agreement, emulate, optimizer
-from npu_loss_scale.ascend import precision, ranks
+from npu_loss_scale import __main__ as cli
+from npu_loss_scale._internal import kernels as _kernels
+from npu_loss_scale._internal import messages as _messages
+from npu_loss_scale.agreement import core as agreement
+from npu_loss_scale.cli import emulate
+from npu_loss_scale.optimizers import loss_scale as optimizer
+from npu_loss_scale.ascend import ranks
+from npu_loss_scale.device import precision
 from tf_versions import tf2_only
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -7,7 +7,9 @@ import sys
 import pytest
 
 import npu_loss_scale as nls
-from npu_loss_scale import detection, emulate, emulation
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.cli import emulate
+from npu_loss_scale.device import register as emulation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BERT_SCRIPT = os.path.join(HERE, "scripts", "ascend_bert_loss_scale.py")
@@ -121,7 +123,7 @@ def test_bert_script_with_dynamic_scale_skips_saturated_steps_and_recovers(tmp_p
     optimizer = events[0]
     assert optimizer == {"event": "optimizer", "is_distributed": False,
                          "manager": "ExponentialUpdateLossScaleManager",
-                         "manager_module": "npu_loss_scale.policy",
+                         "manager_module": "npu_loss_scale.scaling.managers",
                          "optimizer_module":
                              "npu_bridge.estimator.npu.npu_loss_scale_optimizer"}
     steps = [(e["finite"], e["loss_scale"], e["global_step"]) for e in events if e["event"] == "step"]

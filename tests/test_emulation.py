@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from tf_versions import tf2_only
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 from graph_walk import ancestors
 
 F16_MAX = 65504.0

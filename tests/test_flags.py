@@ -1,4 +1,4 @@
-"""The Ascend BERT flag -> loss-scale manager mapping (npu_loss_scale.flags)."""
+"""The Ascend BERT flag -> loss-scale manager mapping (npu_loss_scale.ascend.flags)."""
 import math
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale.flags import loss_scale_manager_from_flag
+from npu_loss_scale.ascend.flags import loss_scale_manager_from_flag
 
 
 def _value(session, manager):

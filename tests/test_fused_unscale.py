@@ -1,4 +1,4 @@
-"""The fused unscale-and-check kernel (npu_loss_scale._kernels): one pass that unscales a
+"""The fused unscale-and-check kernel (npu_loss_scale._internal.kernels): one pass that unscales a
 gradient and says whether it held an inf or a NaN.
 
 Expected values come from NumPy (the product rounded as TensorFlow's Mul rounds it, the check
@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import _kernels
-from npu_loss_scale._unscale import Reciprocal
+from npu_loss_scale._internal import kernels as _kernels
+from npu_loss_scale.scaling.unscale import Reciprocal
 from tf_versions import evaluate
 
 
@@ -213,7 +213,7 @@ def test_kernels_are_compiled_with_the_cxx_standard_tensorflow_was_built_with(
         version, expected_std):
     # TensorFlow up to 2.9 is C++14 (1.15: C++11, the same ABI): under C++17 absl::string_view becomes std::string_view and
     # the kernel's registration refers to symbols the framework library does not export.
-    from npu_loss_scale._compat import kernel_build
+    from npu_loss_scale._internal.compat import kernel_build
     base = ["-I/include", "-D_GLIBCXX_USE_CXX11_ABI=0"]
     assert kernel_build.compile_flags(_FakeTF(version, base)) == base + expected_std
     # a standard TensorFlow names itself is kept as it is

@@ -2,14 +2,14 @@
 overflows is caught: no NaN or inf is ever written into the weights.
 
 Expected values are hand computations (powers of two) and the pure twin
-:mod:`npu_loss_scale.reference_grad_scaler`, which shares no code with the scaler.
+:mod:`npu_loss_scale.scaling.reference.torch`, which shares no code with the scaler.
 """
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale.reference_grad_scaler import GradScalerTwin
+from npu_loss_scale.scaling.reference.torch import GradScalerTwin
 from warned import stuck
 
 TINY = 2.0 ** -126          # float32's smallest normal number

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale.hooks import SUMMARY_TAGS, LossScaleHook
-from npu_loss_scale.reference import ExponentialUpdateRule
+from npu_loss_scale.frontends.hooks import SUMMARY_TAGS, LossScaleHook
+from npu_loss_scale.scaling.reference.ascend import ExponentialUpdateRule
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INF = float("inf")
@@ -171,7 +171,7 @@ def test_every_n_steps_must_be_a_positive_integer(bad, exc):
 
 
 def test_overflow_status_clear_hook_clears_the_register_when_an_evaluation_ends(graph):
-    from npu_loss_scale import emulation  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
     evaluation = nls.saturate(tf.constant([1e5], tf.float16))      # overflows
     status = emulation.npu_get_float_status_v2()
     hook = nls.OverflowStatusClearHook()

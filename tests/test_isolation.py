@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 
 pytestmark = pytest.mark.skipif(not tf.executing_eagerly(), reason="TF 2 only: eager execution / "
                                 "tf.function (the eager register; TF1 graphs have their own)")

@@ -11,8 +11,11 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import detection, emulation, localisation, saturation
-from npu_loss_scale.hooks import LossScaleHook
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import localisation
+from npu_loss_scale.device import saturation
+from npu_loss_scale.frontends.hooks import LossScaleHook
 
 from graph_walk import ancestors
 

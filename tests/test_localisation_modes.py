@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import localisation, saturation
+from npu_loss_scale.device import localisation
+from npu_loss_scale.device import saturation
 
 
 @pytest.fixture(autouse=True)

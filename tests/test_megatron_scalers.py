@@ -5,8 +5,8 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import npu_loss_scale as nls
-from npu_loss_scale.megatron_scalers import STUCK_MESSAGE
-from npu_loss_scale.reference_megatron import DynamicScalerTwin
+from npu_loss_scale.scaling.megatron import STUCK_MESSAGE
+from npu_loss_scale.scaling.reference.megatron import DynamicScalerTwin
 from tf_versions import evaluate, tf2_only
 from warned import stuck
 

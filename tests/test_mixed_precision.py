@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale.mixed_precision import count_zeros, global_norm
+from npu_loss_scale.optimizers.megatron import count_zeros, global_norm
 from tf_versions import evaluate, tf2_only
 
 W0 = np.array([[1.0, -2.0], [0.5, 3.0], [-1.5, 0.25]], np.float32)

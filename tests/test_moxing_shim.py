@@ -277,7 +277,7 @@ def test_shift_makes_os_functions_refuse_remote_paths_and_shift_back_restores_th
 
 
 def test_uninstalling_the_shim_undoes_a_shift(npu_shim):  # pylint: disable=unused-argument
-    from npu_loss_scale import emulate  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.cli import emulate  # pylint: disable=import-outside-toplevel
     import moxing  # pylint: disable=import-outside-toplevel
     listdir = os.listdir
     moxing.file.shift("os", "mox")

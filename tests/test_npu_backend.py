@@ -18,7 +18,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import detection, emulation
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.device import register as emulation
 from graph_walk import ancestors
 
 STAND_IN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_in")

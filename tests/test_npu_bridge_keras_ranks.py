@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import agreement, detection, emulation
+from npu_loss_scale.agreement import core as agreement
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.device import register as emulation
 from rank_lines import json_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))

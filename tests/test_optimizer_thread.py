@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 
 WAIT = 60  # seconds: only a guard against a hang; every wait returns as soon as it is released
 

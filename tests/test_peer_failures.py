@@ -14,7 +14,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import agreement
+from npu_loss_scale.agreement import core as agreement
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dist_workers import harness  # noqa: E402  pylint: disable=wrong-import-position

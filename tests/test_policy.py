@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import npu_loss_scale as nls
 from tf_versions import tf2_only
-from npu_loss_scale.reference import ExponentialUpdateRule, growth_threshold
+from npu_loss_scale.scaling.reference.ascend import ExponentialUpdateRule, growth_threshold
 
 
 def _run_sequence(mgr, finite_seq):

@@ -15,8 +15,10 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import emulate, emulation, saturation
-from npu_loss_scale.ascend import precision
+from npu_loss_scale.cli import emulate
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import saturation
+from npu_loss_scale.device import precision
 from npu_loss_scale.pytest_plugin import (NPUDevice, NPURanks, assert_no_overflow,
                                           assert_step_skipped, overflow_sites)
 
@@ -405,7 +407,7 @@ def _site(name, direction):
 
 
 def _fake_localisation(record):
-    module = types.ModuleType("npu_loss_scale.localisation")
+    module = types.ModuleType("npu_loss_scale.device.localisation")
     module.last_record = lambda: record
     return module
 
@@ -413,7 +415,7 @@ def _fake_localisation(record):
 def test_overflow_sites_come_from_the_localisation_record(monkeypatch):
     sites = [_site("dense/MatMul", "forward"), _site("gradients/dense/MatMul_grad", "backward")]
     record = types.SimpleNamespace(step=7, sites=sites, first=sites[0], skipped=True)
-    monkeypatch.setitem(sys.modules, "npu_loss_scale.localisation", _fake_localisation(record))
+    monkeypatch.setitem(sys.modules, "npu_loss_scale.device.localisation", _fake_localisation(record))
     assert overflow_sites() == sites
     assert_step_skipped(record)
     with pytest.raises(AssertionError, match=r"step 7, overflow sites 2; overflow sites: "
@@ -425,16 +427,16 @@ def test_overflow_sites_come_from_the_localisation_record(monkeypatch):
         assert_step_skipped(applied)
     clean = types.SimpleNamespace(step=9, sites=[], first=None, skipped=False)
     assert_no_overflow(clean)
-    monkeypatch.setitem(sys.modules, "npu_loss_scale.localisation", _fake_localisation(clean))
+    monkeypatch.setitem(sys.modules, "npu_loss_scale.device.localisation", _fake_localisation(clean))
     assert overflow_sites() == []
 
 
 def test_overflow_sites_say_when_nothing_is_recorded_or_localisation_is_missing(monkeypatch):
-    monkeypatch.setitem(sys.modules, "npu_loss_scale.localisation", _fake_localisation(None))
+    monkeypatch.setitem(sys.modules, "npu_loss_scale.device.localisation", _fake_localisation(None))
     with pytest.raises(RuntimeError, match="no training step has been recorded yet"):
         overflow_sites()
-    monkeypatch.setitem(sys.modules, "npu_loss_scale.localisation", None)   # not installed
-    with pytest.raises(RuntimeError, match="needs npu_loss_scale.localisation"):
+    monkeypatch.setitem(sys.modules, "npu_loss_scale.device.localisation", None)   # not installed
+    with pytest.raises(RuntimeError, match="needs npu_loss_scale.device.localisation"):
         overflow_sites()
 
 

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import emulation, saturation
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import saturation
 from npu_loss_scale.keras import NpuLossScaleOptimizer
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets")  # installed by scripts/setup_env.sh

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from tf_versions import control_flow, tf2_only
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import emulation, saturation
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import saturation
 from tf_versions import tf2_only
 
 F16_MAX = 65504.0

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 
 SCALE = 2.0 ** 16
 LR = 1.0

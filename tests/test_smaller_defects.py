@@ -6,9 +6,10 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import emulation, policy
-from npu_loss_scale.hooks import LossScaleHook
-from npu_loss_scale import optimizer as optimizer_module
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.scaling import managers as policy
+from npu_loss_scale.frontends.hooks import LossScaleHook
+from npu_loss_scale.optimizers import loss_scale as optimizer_module
 from warned import stuck
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

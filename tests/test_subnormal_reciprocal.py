@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale import _kernels, reference
+from npu_loss_scale._internal import kernels as _kernels
+from npu_loss_scale.scaling.reference import ascend as reference
 from tf_versions import tf2_only
 
 W0 = np.array([1.0, -2.0, 0.75], np.float32)

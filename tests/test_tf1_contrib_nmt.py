@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from npu_loss_scale import detection, emulation
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.device import register as emulation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

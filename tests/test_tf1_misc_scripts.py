@@ -29,7 +29,7 @@ def test_precision_mode_rewrite_lists_the_graph_a_fixed_number_of_times(graph, m
     """A flow model's graph has thousands of cube ops among tens of thousands: the rewrite must
     not list every op of the graph once per rewritten op (quadratic: WaveGlow's first
     ``session.run`` took more than 5 minutes). The ops it adds are still never rewritten again."""
-    from npu_loss_scale.ascend import precision  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import precision  # pylint: disable=import-outside-toplevel
     x = tf.compat.v1.placeholder(tf.float32, [2, 4])
     w = tf.ones([4, 4])
     for _ in range(30):

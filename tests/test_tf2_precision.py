@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale import emulation
-from npu_loss_scale.ascend import precision
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import precision
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_precision_mode.py")
@@ -208,7 +208,7 @@ def test_uninstall_puts_back_what_it_replaced_even_around_op_callbacks(device):
     from tensorflow.python import pywrap_tfe  # pylint: disable=import-outside-toplevel
     from tensorflow.python.eager import execute  # pylint: disable=import-outside-toplevel
     from tensorflow.python.framework import op_def_library  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale import saturation  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import saturation  # pylint: disable=import-outside-toplevel
     originals = (op_def_library._apply_op_helper, pywrap_tfe.TFE_Py_FastPathExecute,  # pylint: disable=protected-access
                  execute.quick_execute, execute.execute)
     precision.install_op_precision("allow_mix_precision")

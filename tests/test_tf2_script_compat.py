@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from keras_versions import (LEGACY_CLASS_NAME, NO_SPLIT_REASON, OPTIMIZER_V2_ONLY,
                             legacy_optimizers)
-from npu_loss_scale import detection, emulation
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.device import register as emulation
 from npu_loss_scale.ascend import tf24
 
 HERE = os.path.dirname(os.path.abspath(__file__))

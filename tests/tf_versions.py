@@ -23,7 +23,7 @@ import re
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale._compat import loss_scale_optimizer as _lso
+from npu_loss_scale._internal.compat import loss_scale_optimizer as _lso
 
 TF1 = _lso.CONTRIB
 tf_mixed_precision = tf.compat.v1.train.experimental if TF1 else tf.compat.v1.mixed_precision

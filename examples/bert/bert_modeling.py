@@ -8,7 +8,7 @@ device produces a float16 tensor: each weight as the matmuls read it, every matm
 product / GELU / residual-add output, the softmax probabilities and each layer-norm output.
 At a boundary the value is rounded to float16 (it passes through a real float16 tensor) and
 saturated as the device does in saturation mode — an overflow becomes +-65504, NaN becomes 0,
-and the emulated float-status register of ``npu_loss_scale.emulation`` records it — and the
+and the emulated float-status register of ``npu_loss_scale.device.register`` records it — and the
 gradient flowing back through the boundary is rounded and saturated the same way. Embedding
 lookups, softmax and layer-norm statistics, pooling, the classifier and the loss stay float32.
 
@@ -83,7 +83,7 @@ def _round_half(y):
     """float32 ``y`` rounded to float16 (a float16 tensor) and read back as float32, with the
     device's saturation: overflow -> +-65504, NaN -> 0. Returns (value, overflowed, nan_seen);
     the checks run in float32, which a CPU does ~5x faster than float16 arithmetic."""
-    from npu_loss_scale import emulation
+    from npu_loss_scale.device import register as emulation
     value = tf.cast(tf.cast(y, tf.float16), tf.float32)
     if not _saturation["enabled"] or emulation.is_inf_nan_enabled():
         return value, None, None
@@ -99,14 +99,14 @@ def _record_forward(value, overflowed, nan_seen, source=None, site=None):
     public ``saturate`` (on a two-element float16 indicator holding inf / NaN exactly when the
     boundary overflowed / saw a NaN), so the optimizer keeps it when it clears the register at the
     start of the step's backward pass. ``value`` is returned ordered after the record."""
-    from npu_loss_scale import emulation
+    from npu_loss_scale.device import register as emulation
     zero = tf.constant(0.0, tf.float16)
     indicator = tf.stack([tf.where(overflowed, tf.constant(float("inf"), tf.float16), zero),
                           tf.where(nan_seen, tf.constant(float("nan"), tf.float16), zero)])
     recorded = [emulation.saturate(indicator)]
-    # With overflow localisation on (npu_loss_scale.localisation), the boundary is a site: its
+    # With overflow localisation on (npu_loss_scale.device.localisation), the boundary is a site: its
     # op name and the float32 magnitude before rounding. Off, this adds nothing.
-    from npu_loss_scale import localisation
+    from npu_loss_scale.device import localisation
     noted = localisation.note_site(source, overflowed, nan_seen, op_name=site,
                                    direction="forward") if source is not None else None
     if noted is not None:
@@ -126,7 +126,8 @@ def _half_boundary(y):
         value = _record_forward(value, overflowed, nan_seen, source=y, site=site)
 
     def grad(dy):
-        from npu_loss_scale import emulation, localisation
+        from npu_loss_scale.device import register as emulation
+        from npu_loss_scale.device import localisation
         dx, g_over, g_nan = _round_half(dy)
         if g_over is None:
             return dx
@@ -143,7 +144,7 @@ def _half_boundary(y):
 def _sat(x):
     """A float16 op boundary: the float32 result ``x`` of an op becomes the float16 output the
     device would produce — rounded to float16 precision and saturated (+-65504, NaN -> 0,
-    overflow recorded in ``npu_loss_scale.emulation``'s float-status register) — and the
+    overflow recorded in ``npu_loss_scale.device.register``'s float-status register) — and the
     gradient flowing back into it is rounded and saturated the same way. Returned as float32
     holding float16 values, so the next op computes in float32 (the device's matrix unit also
     accumulates float16 products in float32); TensorFlow's float16 CPU kernels are 5-100x

@@ -4,7 +4,7 @@ A tf.compat.v1 Estimator whose optimizer is wrapped in ``NPULossScaleOptimizer``
 those of the Ascend ModelZoo BERT scripts. The learning rate (warmup, then linear decay) and the
 decoupled weight decay (0.01, none for LayerNorm and bias) come from ``OptimizerParamScheduler``
 on a ``ParamGroupOptimizer`` of two Adam groups; skipped steps advance neither. On a CPU the float-status register and the float16
-saturation of an Ascend device are emulated by ``npu_loss_scale.emulation``.
+saturation of an Ascend device are emulated by ``npu_loss_scale.device.register``.
 
     python examples/bert/run_classifier.py --precision=fp16 --npu_bert_loss_scale=0 \\
         --output_dir=runs/bert_fp16
@@ -123,8 +123,8 @@ NO_WEIGHT_DECAY = ("*LayerNorm/*", "*/bias")
 
 def build_model_fn(config, model_dir, hvd, hooks_out):
     import npu_loss_scale as nls
-    from npu_loss_scale.flags import loss_scale_manager_from_flag
-    from npu_loss_scale.hooks import LossScaleHook
+    from npu_loss_scale.ascend.flags import loss_scale_manager_from_flag
+    from npu_loss_scale.frontends.hooks import LossScaleHook
     import bert_modeling
 
     def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
@@ -229,7 +229,7 @@ def main(argv):
     wall_start = time.time()
     import bert_data
     import bert_modeling
-    from npu_loss_scale.flags import loss_scale_manager_from_flag
+    from npu_loss_scale.ascend.flags import loss_scale_manager_from_flag
 
     tf.get_logger().setLevel("ERROR")
     # Fail on a bad flag before any expensive work.

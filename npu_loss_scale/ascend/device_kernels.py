@@ -36,7 +36,7 @@ import numbers
 
 import tensorflow as tf
 
-from .._compat.ops import where
+from npu_loss_scale._internal.compat.ops import where
 
 MASK_ALIGN_BITS = 128    # DropOutGenMask pads its bits to a multiple of this
 V3_ALIGN = 16            # DropOutGenMaskV3: bytes padded to / fractal blocks of this

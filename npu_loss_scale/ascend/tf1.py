@@ -140,7 +140,7 @@ class _MnistLoader:
     @staticmethod
     def create_module(spec):
         if spec.name == _MNIST_MODULE:
-            from . import tf1_mnist  # pylint: disable=import-outside-toplevel
+            from npu_loss_scale.ascend import tf1_mnist  # pylint: disable=import-outside-toplevel
             return tf1_mnist
         return None
 
@@ -152,7 +152,7 @@ class _MnistLoader:
 
 def _import_contrib(v1, name, fromlist):
     """``import``/``from ... import`` of a ``tensorflow.contrib`` module path in user code."""
-    from .tf1_contrib import resolve_module  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.ascend.tf1_contrib import resolve_module  # pylint: disable=import-outside-toplevel
     module = resolve_module(name, v1.contrib)
     if not fromlist:
         return v1  # `import tensorflow.contrib.x as y` then takes attributes from the top package
@@ -174,10 +174,10 @@ _TF_KERAS = "tensorflow.python.keras"
 
 def _keras_2_package():
     """Where the installed Keras 2 keeps its modules (``keras.src`` or ``keras``), or None
-    (:func:`npu_loss_scale._compat.keras.keras2_source_package`); asked once."""
+    (:func:`npu_loss_scale._internal.compat.keras.keras2_source_package`); asked once."""
     if "keras_package" not in _state:
         try:
-            from npu_loss_scale._compat import keras as compat_keras  # pylint: disable=import-outside-toplevel
+            from npu_loss_scale._internal.compat import keras as compat_keras  # pylint: disable=import-outside-toplevel
             _state["keras_package"] = compat_keras.keras2_source_package()
         except ImportError:
             _state["keras_package"] = None
@@ -488,7 +488,7 @@ def enable_keras_paths(user_roots):
     :data:`_MOVED_NAMES` (``ops.Tensor``, ``distribution_strategy_context``, ...) resolve, in
     files under ``user_roots`` (idempotent; TF1 mode, which does this too, takes precedence);
     the TF 2.4 names of :mod:`.tf24` are added."""
-    from . import tf24  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.ascend import tf24  # pylint: disable=import-outside-toplevel
     tf24.enable()
     roots = [os.path.abspath(r) for r in user_roots]
     if "import" in _state or "keras_import" in _state:
@@ -516,11 +516,11 @@ def enable(user_roots):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     roots = [os.path.abspath(r) for r in user_roots]
     tf.compat.v1.disable_v2_behavior()
-    from . import tf24  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.ascend import tf24  # pylint: disable=import-outside-toplevel
     tf24.enable()
     v1 = tf.compat.v1
     if not hasattr(v1, "contrib"):
-        from .tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.ascend.tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
         v1.contrib = contrib()  # only code that already runs as TF1 reaches tf.compat.v1.contrib
     if "import" in _state:
         _state["roots"][:] = roots

@@ -483,18 +483,18 @@ def _mixed_precision():
     behaves so (and warns when the emulated device saturates instead of producing inf/NaN, as
     contrib's optimizer on the device would not see those overflows either).
     """
-    import npu_loss_scale  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.optimizers import loss_scale  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.scaling import managers as scaling  # pylint: disable=import-outside-toplevel
 
-    class LossScaleOptimizer(npu_loss_scale.NPULossScaleOptimizer):
+    class LossScaleOptimizer(loss_scale.NPULossScaleOptimizer):
         """``tf.contrib.mixed_precision.LossScaleOptimizer``: gradients checked for inf/NaN."""
 
         def __init__(self, opt, loss_scale_manager):
             super().__init__(opt, loss_scale_manager, backend="inf_nan")
 
-    managers = dict(LossScaleManager=npu_loss_scale.LossScaleManager,
-                    FixedLossScaleManager=npu_loss_scale.FixedLossScaleManager,
-                    ExponentialUpdateLossScaleManager=(
-                        npu_loss_scale.ExponentialUpdateLossScaleManager))
+    managers = dict(LossScaleManager=scaling.LossScaleManager,
+                    FixedLossScaleManager=scaling.FixedLossScaleManager,
+                    ExponentialUpdateLossScaleManager=scaling.ExponentialUpdateLossScaleManager)
     path = "tensorflow.contrib.mixed_precision.python"
     python = _ns(path,
                  loss_scale_manager=_ns(path + ".loss_scale_manager", **managers),

@@ -4,7 +4,7 @@
 Both detect overflow through the package's backends (status register, its emulation, inf/NaN)
 and agree across ranks through :mod:`npu_loss_scale.agreement`.
 """
-from .grad_scaler import GradScaler, NoInfChecksError, OptState
-from .optimizer_thread import OptimizerThread
+from npu_loss_scale.frontends.grad_scaler import GradScaler, NoInfChecksError, OptState
+from npu_loss_scale.frontends.optimizer_thread import OptimizerThread
 
 __all__ = ["GradScaler", "OptimizerThread", "OptState", "NoInfChecksError"]

@@ -5,7 +5,7 @@ change TensorFlow forces: variables have no ``.grad``, so the gradients are hand
 :meth:`GradScaler.unscale_` (which returns them unscaled) and :meth:`GradScaler.step` (which
 applies them). docs/grad_scaler.md maps every torch call to its TensorFlow form.
 
-Overflow detection is the package's (see :mod:`npu_loss_scale.frontends._overflow`): on an
+Overflow detection is the package's (see :mod:`npu_loss_scale.detection.step`): on an
 Ascend device in saturation mode, and in its CPU emulation, an overflowed gradient is ±65504 and
 looks finite; the float-status register says it overflowed, and the scaler reads it.
 
@@ -34,7 +34,7 @@ Rules (torch's, where RoundPipe's documentation is silent):
   grows by one, and when it reaches ``growth_interval`` the scale is multiplied by
   ``growth_factor`` (only if the result is finite) and the count restarts from zero.
   ``update(new_scale)`` sets the scale and leaves the count alone. The twin of this rule:
-  :class:`npu_loss_scale.reference_grad_scaler.GradScalerTwin`.
+  :class:`npu_loss_scale.scaling.reference.torch.GradScalerTwin`.
 * An overflow is found in the scaled gradients (see below) or in the unscaled ones (inf/NaN).
 * ``unscale_`` twice, ``step`` twice, or ``unscale_`` after ``step`` for one optimizer in one
   iteration raise ``RuntimeError``; ``update()`` with no ``step``/``unscale_`` before it raises.
@@ -61,11 +61,12 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from .. import _checks, _state_io
-from .._compat.ops import where
-from .._messages import LossScaleStuckWarning, warn_when_run
-from .._unscale import Reciprocal
-from ._overflow import OverflowCheck
+from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale._internal import state_io as _state_io
+from npu_loss_scale._internal.compat.ops import where
+from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
+from npu_loss_scale.scaling.unscale import Reciprocal
+from npu_loss_scale.detection.step import OverflowCheck
 
 # The scale's range. MIN_SCALE is float32's smallest normal number (2**-126): backing off stops
 # there, since a subnormal scale is flushed to zero by CPU kernels and 1/0 would turn every

@@ -39,8 +39,8 @@ import concurrent.futures
 import queue
 import threading
 
-from .. import _checks
-from .grad_scaler import GradScaler, NoInfChecksError, _Iteration
+from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale.frontends.grad_scaler import GradScaler, NoInfChecksError, _Iteration
 
 _STOP = object()
 

@@ -14,8 +14,8 @@ Example::
     param_group_override_to_tuple(both) == param_group_override_to_tuple(dict(reversed(both.items())))
 """
 
-from .. import _checks
-from .._compat.typing import TypedDict
+from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale._internal.compat.typing import TypedDict
 
 #: Override keys the scheduler itself reads.
 SCHEDULER_KEYS = ("max_lr", "min_lr", "start_wd", "end_wd", "wd_mult")

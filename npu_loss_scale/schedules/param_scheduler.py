@@ -45,9 +45,9 @@ Example (formulas only)::
 import numbers
 import weakref
 
-from .. import _checks
-from . import formulas
-from .overrides import check_override
+from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale.schedules import formulas
+from npu_loss_scale.schedules.overrides import check_override
 
 #: The values a checkpoint holds besides ``num_steps`` and that the checkpoint rules compare,
 #: with the names Megatron's messages use for them.

@@ -29,7 +29,7 @@ Example::
 import math
 import numbers
 
-from . import formulas
+from npu_loss_scale.schedules import formulas
 
 DECAY_STYLES = ("linear", "cosine", "inverse-square-root", "constant")
 

@@ -1,5 +1,5 @@
 """Assertions shared by the distributed tests, on the records train_worker.py writes."""
-from npu_loss_scale.reference import ExponentialUpdateRule
+from npu_loss_scale.scaling.reference.ascend import ExponentialUpdateRule
 
 STEPS = 8
 OVERFLOW_STEPS = (2, 5)

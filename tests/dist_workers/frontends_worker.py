@@ -19,7 +19,7 @@ import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 
 import npu_loss_scale as nls  # noqa: E402
-from npu_loss_scale import emulation  # noqa: E402
+from npu_loss_scale.device import register as emulation  # noqa: E402
 from npu_loss_scale.keras import NpuLossScaleOptimizer  # noqa: E402
 
 OVERFLOW_STEP = 1

@@ -34,7 +34,7 @@ from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
 from tensorflow.python.client import session  # noqa: F401
 from tensorflow.python.training import session_run_hook  # noqa: F401
 
-from npu_loss_scale.ascend import precision as _precision
+from npu_loss_scale.device import precision as _precision
 from npu_bridge._ranks import (get_local_rank_id, get_local_rank_size, get_rank_id,  # noqa: F401
                                get_rank_size)
 from npu_bridge._shim import module_getattr as _module_getattr

@@ -3,7 +3,7 @@
 Provided: ``open(device_id=None).as_default()`` (the emulated device; nothing to place on),
 ``global_options()`` (every option scripts set, nested ``dump_config``/``profiling_config``/
 ``experimental.multi_branches_config`` included: validated and recorded; ``open()`` applies
-``precision_mode`` through :mod:`npu_loss_scale.ascend.precision`: for TF2 code to every eligible
+``precision_mode`` through :mod:`npu_loss_scale.device.precision`: for TF2 code to every eligible
 op built (``tf.function``, Keras ``fit``) or run eagerly after it, in float16 with saturation;
 after ``compat.enable_v1()`` to the ``tf.compat.v1`` sessions), ``compat.enable_v1()``,
 ``compat.v1.npu_init`` (the npu_bridge one), ``distribute.all_reduce/broadcast/
@@ -51,7 +51,7 @@ class _Group:
             raise AttributeError("%s has no option %r; options: %s" % (
                 self._path, name, ", ".join(sorted(self._values))))
         if name == "precision_mode" and value is not None:
-            from npu_loss_scale.ascend import precision  # pylint: disable=import-outside-toplevel
+            from npu_loss_scale.device import precision  # pylint: disable=import-outside-toplevel
             value = precision.check_precision_mode(value)
         self._values[name] = value
         self.recorded[name] = value
@@ -104,7 +104,7 @@ _device = []
 
 def open(device_id=None):  # pylint: disable=redefined-builtin
     """Opens the emulated device and applies the options set so far (see the package docstring)."""
-    from npu_loss_scale.ascend import precision  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import precision  # pylint: disable=import-outside-toplevel
     from npu_device import _cluster  # pylint: disable=import-outside-toplevel
     workers_num, worker_id = _cluster.join("npu_device.open")
     mode = global_options().precision_mode

@@ -17,7 +17,7 @@ FLAGS = tf.flags.FLAGS
 
 
 def main(_):
-    import npu_loss_scale.emulation as package_module  # the package keeps TF 2.x
+    import npu_loss_scale.device.register as package_module  # the package keeps TF 2.x
     tf.logging.set_verbosity(tf.logging.ERROR)
     x = tf.placeholder(tf.float32, [None, 2])
     kernel, loss = model.build(x)

@@ -1,10 +1,10 @@
 """What the device does inside an op (stand-in only): saturate in saturation mode, IEEE otherwise.
 
-npu_loss_scale.emulation.saturate is the identity on the npu backend (the real device saturates
+npu_loss_scale.device.register.saturate is the identity on the npu backend (the real device saturates
 by itself), so the stand-in supplies the device's arithmetic here.
 """
 from npu_bridge.estimator.npu import npu_plugin
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 
 
 def device_op(x):

@@ -1,8 +1,8 @@
 """Shim of ``npu_bridge.helper.helper``: ``get_gen_ops()`` gives the adapter's op library as far
-as it is emulated: the float-status ops (:mod:`npu_loss_scale.emulation`) and the device kernels
+as it is emulated: the float-status ops (:mod:`npu_loss_scale.device.register`) and the device kernels
 shared with ``npu_device.gen_npu_ops`` (dropout masks, FastGelu:
 :mod:`npu_loss_scale.ascend.device_kernels`)."""
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 
 _FLOAT_STATUS = ("npu_alloc_float_status", "npu_get_float_status", "npu_clear_float_status",
                  "npu_get_float_status_v2", "npu_clear_float_status_v2")

@@ -22,7 +22,7 @@ import threading
 import tensorflow as tf
 
 from npu_bridge._shim import NotEmulatedError
-from npu_loss_scale._compat import collectives
+from npu_loss_scale._internal.compat import collectives
 
 _MERGE = {"sum": "Add", "mean": "Add", "max": "Max", "min": "Min", "prod": "Mul"}
 REDUCTIONS = ("mean", "sum", "max", "min", "prod")
@@ -48,7 +48,7 @@ _one_off_keys = itertools.count(ONE_OFF_KEYS)
 
 def eager_group_key():
     """The group key of the eager collectives (next to the session group's key)."""
-    from npu_loss_scale import agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
     return agreement.DEFAULT_GROUP_KEY + 1
 
 
@@ -69,7 +69,7 @@ def eager_timeout():
     that stalls or runs its collectives in another order.
     """
     import os  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale import agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
     if not os.environ.get(agreement.TIMEOUT_ENV_VAR, "").strip():
         return 0
     return agreement._timeout(None)  # pylint: disable=protected-access

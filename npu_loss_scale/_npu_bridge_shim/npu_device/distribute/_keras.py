@@ -17,7 +17,7 @@ gradient all-reduce inside its apply branch runs on every rank or on none.
 """
 import tensorflow as tf
 
-from npu_loss_scale._compat.keras import is_keras3
+from npu_loss_scale._internal.compat.keras import is_keras3
 
 MARK = "_npu_device_all_reduced_gradients"
 

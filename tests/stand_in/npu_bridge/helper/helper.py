@@ -2,7 +2,7 @@
 import tensorflow as tf
 
 import npu_bridge
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 
 
 def _op_of(result):

@@ -7,9 +7,9 @@ the adapter accepts is accepted here, checked as the device checks it, and recor
 * ``iterations_per_loop``: honoured by :class:`NPUEstimator` (one session run = N steps);
 * ``precision_mode``: honoured — it goes into the session config's ``NpuOptimizer``
   ``parameter_map`` and the eligible ops compute in float16 with saturation
-  (:mod:`npu_loss_scale.ascend.precision`);
+  (:mod:`npu_loss_scale.device.precision`);
 * ``dump_config``: a ``DumpConfig(enable_dump_debug=True)`` (the device's overflow dump) turns
-  on overflow localisation (:mod:`npu_loss_scale.localisation`) for the graphs built after it
+  on overflow localisation (:mod:`npu_loss_scale.device.localisation`) for the graphs built after it
   and writes its JSON-lines report to ``<dump_path>/overflow_report.jsonl``; a tensor dump
   (``enable_dump=True``) is recorded only (fetch the tensors instead);
 * ``profiling_config``: recorded (no device to profile);
@@ -24,7 +24,7 @@ import os
 import time  # noqa: F401  (idem)
 from enum import Enum
 
-from npu_loss_scale.ascend import precision as _precision
+from npu_loss_scale.device import precision as _precision
 from npu_bridge import _estimator
 from npu_bridge._shim import module_getattr as _module_getattr
 
@@ -72,7 +72,7 @@ class DumpConfig:
         self._dump_layer = dump_layer
         self.overflow_report = None
         if enable_dump_debug:
-            from npu_loss_scale import localisation  # pylint: disable=import-outside-toplevel
+            from npu_loss_scale.device import localisation  # pylint: disable=import-outside-toplevel
             self.overflow_report = localisation.enable_for_device_dump(dump_path)
 
 

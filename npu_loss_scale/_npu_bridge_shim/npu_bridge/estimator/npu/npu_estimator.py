@@ -7,7 +7,7 @@
   run of the train op executes N steps (global step advances by N per call, hooks see one call
   per loop), as on the device;
 * ``config.precision_mode`` is honoured through the session config (eligible ops in float16 with
-  saturation, see :mod:`npu_loss_scale.ascend.precision`);
+  saturation, see :mod:`npu_loss_scale.device.precision`);
 * ``model_fn`` may return an :class:`NPUEstimatorSpec` (an ``EstimatorSpec`` that also takes
   ``host_call=(fn, tensors)``; ``fn(*tensors)`` is built into the training step).
 

@@ -16,10 +16,9 @@ import atexit
 import json
 import os
 
-from npu_loss_scale import optimizer as _optimizer
-from npu_loss_scale._compat import py_func
-from npu_loss_scale.policy import (ExponentialUpdateLossScaleManager, FixedLossScaleManager,  # noqa: F401
-                                   LossScaleManager)
+from npu_loss_scale.optimizers import loss_scale as _optimizer
+from npu_loss_scale._internal.compat import py_func
+from npu_loss_scale.scaling.managers import ExponentialUpdateLossScaleManager, FixedLossScaleManager, LossScaleManager  # noqa: F401
 
 from npu_bridge import _ranks
 

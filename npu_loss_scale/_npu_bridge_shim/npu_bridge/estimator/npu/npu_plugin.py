@@ -1,9 +1,9 @@
 """Shim of ``npu_bridge.estimator.npu.npu_plugin``: the overflow mode of the emulated device."""
-from npu_loss_scale import emulation
+from npu_loss_scale.device import register as emulation
 
 
 def set_device_sat_mode(mode):
-    """0 = saturation (Atlas training default), 1 = INF/NaN; see npu_loss_scale.emulation."""
+    """0 = saturation (Atlas training default), 1 = INF/NaN; see npu_loss_scale.device.register."""
     emulation.set_device_sat_mode(mode)
 
 

@@ -24,7 +24,7 @@ _built = {}
 
 def _agreement_class():
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale import agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
     from npu_device import distribute  # pylint: disable=import-outside-toplevel
     from npu_device.distribute import _collectives  # pylint: disable=import-outside-toplevel
 
@@ -54,7 +54,7 @@ def _add_report_counting(cls):
     """Makes ``cls`` count its optimizers and steps in the emulate report."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from npu_bridge.estimator.npu import npu_loss_scale_optimizer as report  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale._compat import py_func  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale._internal.compat import py_func  # pylint: disable=import-outside-toplevel
 
     def count(optimizer):
         finite = optimizer.last_step_finite
@@ -88,7 +88,7 @@ def _add_report_counting(cls):
 
 def _build():
     from npu_bridge.estimator.npu import npu_loss_scale_optimizer as report  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale import keras  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.frontends import keras  # pylint: disable=import-outside-toplevel
     base = keras.NpuLossScaleOptimizer
     agreement_class = _agreement_class()
 

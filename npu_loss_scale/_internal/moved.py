@@ -1,0 +1,116 @@
+"""The old import paths of modules that moved in 0.3, kept for one release.
+
+``import npu_loss_scale.policy`` (and every other path below) still works and returns the very
+module object of the new path, so ``monkeypatch.setattr`` on it reaches the code that runs; it
+warns once, with a :class:`DeprecationWarning` naming the new path. ``MOVED`` is the one table;
+``npu_loss_scale/__init__.py`` installs the finder. The aliases go in 0.4 (see docs/releases.md).
+"""
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+
+PACKAGE = "npu_loss_scale"
+
+# old path -> new path, both relative to the package; a package's submodules follow it
+MOVED = {
+    "_checks": "_internal.checks",
+    "_graphs": "_internal.graphs",
+    "_state_io": "_internal.state_io",
+    "_messages": "_internal.messages",
+    "_compat": "_internal.compat",
+    "_kernels": "_internal.kernels",
+    "_unscale": "scaling.unscale",
+    "policy": "scaling.managers",
+    "megatron_scalers": "scaling.megatron",
+    "reference": "scaling.reference.ascend",
+    "reference_megatron": "scaling.reference.megatron",
+    "reference_grad_scaler": "scaling.reference.torch",
+    "emulation": "device.register",
+    "saturation": "device.saturation",
+    "localisation": "device.localisation",
+    "ascend.precision": "device.precision",
+    "ascend.precision_modes": "device.precision_modes",
+    "frontends._overflow": "detection.step",
+    "optimizer": "optimizers.loss_scale",
+    "mixed_precision": "optimizers.megatron",
+    "hooks": "frontends.hooks",
+    "advisor": "tools.advisor",
+    "flags": "ascend.flags",
+    "env_report": "cli.env_report",
+}
+
+
+def new_path(old):
+    """The new absolute module name of the old absolute name ``old``, or None if it did not move."""
+    if not old.startswith(PACKAGE + "."):
+        return None
+    rel = old[len(PACKAGE) + 1:]
+    for moved, target in MOVED.items():
+        if rel == moved or rel.startswith(moved + "."):
+            return "%s.%s%s" % (PACKAGE, target, rel[len(moved):])
+    return None
+
+
+def _is_import_machinery(filename):
+    # the frames that warnings.warn itself skips when it counts a stacklevel
+    return "importlib" in filename and "_bootstrap" in filename
+
+
+def _stacklevel(own_files):
+    """The stacklevel, for a warning raised in :func:`warn_moved`, of the code that imported the
+    old path: the first frame outside ``own_files`` and the import machinery."""
+    level, frame = 1, sys._getframe(2)  # pylint: disable=protected-access
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not _is_import_machinery(name):
+            if name not in own_files:
+                return level
+            level += 1
+        frame = frame.f_back
+    return 1
+
+
+def warn_moved(old, new, stub_file=None):
+    """The one deprecation message of a moved module, pointing at the import of the old path
+    (``stub_file``: the file of an old path that is still a module of its own, which calls this)."""
+    warnings.warn("%s moved to %s; the old path goes in npu-loss-scale 0.4" % (old, new),
+                  DeprecationWarning, stacklevel=_stacklevel((__file__, stub_file)) + 1)
+
+
+class _Alias(importlib.abc.Loader):
+    """Loads an old path as the module of its new path (the same object)."""
+
+    def __init__(self, new):
+        self._new = new
+        self._spec = None
+
+    def create_module(self, spec):
+        warn_moved(spec.name, self._new)
+        module = importlib.import_module(self._new)
+        self._spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # Nothing to run (the new module ran when it was imported); the import system has just
+        # set the alias's spec on the module: give it back its own.
+        module.__spec__ = self._spec
+
+
+class MovedFinder(importlib.abc.MetaPathFinder):
+    """Finds the old paths of :data:`MOVED`. It comes first on ``sys.meta_path``, so that a
+    submodule of a moved package (``npu_loss_scale._compat.ops``) is not loaded a second time
+    from the package's new folder; for every other name it answers None at once."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        new = new_path(fullname)
+        if new is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _Alias(new))
+
+
+def install():
+    """Puts the finder first on ``sys.meta_path``, once (cheap: imports nothing of TensorFlow)."""
+    if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, MovedFinder())

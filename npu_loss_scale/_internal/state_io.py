@@ -1,0 +1,409 @@
+"""``state_dict()`` / ``load_state_dict()`` over a few scalar variables, eager and graph mode.
+
+Shared by the loss-scale managers and the Megatron grad scalers. A state dict maps a key to a
+plain Python number (``float`` for floating variables, ``int`` for integer ones).
+
+* Eager: values are read from and assigned to the variables directly.
+* Graph: the variables live in a graph and only a session can read or write them. Pass
+  ``session=``; without it the default session (``with sess.as_default():`` or inside
+  ``tf.compat.v1.Session()`` used as a context manager) is used; with neither a
+  ``RuntimeError`` says so. The variables are those of ``session.graph``, also when called
+  outside ``with graph.as_default()`` (where TensorFlow reports eager execution). Loading
+  builds its placeholders and assign ops once per graph and reuses them.
+
+Checkpoint restores: :func:`restored_state_check` refuses, at the first step, a restored value
+no rule can reach; :class:`StagedState` makes a ``tf.train.Checkpoint`` restore of an object's
+state all or nothing (a wrong-shaped value is refused before any variable changes).
+"""
+import numbers
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from npu_loss_scale._internal.compat import tracking
+
+_CACHE_ATTR = "_npu_loss_scale_state_io_cache"
+
+
+def _session_or_error(session, owner_name, what):
+    if session is None:
+        session = tf.compat.v1.get_default_session()
+    if session is None:
+        raise RuntimeError(
+            "%s.%s() in graph mode needs a session to read or write the variables: pass "
+            "session=<your tf.compat.v1.Session> (or call it inside `with sess.as_default():`)"
+            % (owner_name, what))
+    if not isinstance(session, tf.compat.v1.Session) and not hasattr(session, "run"):
+        raise TypeError("session must be a tf.compat.v1.Session; got %r (type %s)"
+                        % (session, type(session).__name__))
+    return session
+
+
+def _python_value(value, dtype, key=None):
+    value = np.asarray(value)
+    if value.size != 1:
+        raise ValueError("state_dict(): variable %r holds shape %s where a scalar is expected: "
+                         "it was restored from a checkpoint that does not match (a "
+                         "tf.compat.v1.train.Saver does not check shapes when it restores); "
+                         "restore a matching checkpoint or rebuild the graph" % (key, value.shape))
+    value = value.reshape(())
+    return float(value) if dtype.is_floating else int(value)
+
+
+def read(owner, variables_fn, session=None):
+    """``{key: number}`` of the variables ``variables_fn()`` returns (a key -> variable dict)."""
+    if session is None and tf.executing_eagerly():
+        named = variables_fn()
+        return {k: _python_value(v.numpy(), v.dtype, k) for k, v in named.items()}
+    # A session given: its graph's variables, even when called outside that graph (where
+    # executing_eagerly() is True and the eager state would be a different, fresh copy).
+    session = _session_or_error(session, type(owner).__name__, "state_dict")
+    with session.graph.as_default():
+        named = variables_fn()
+        # Fetching the variables themselves adds no op (a finalized graph works too).
+        values = session.run(dict(named))
+    return {k: _python_value(values[k], named[k].dtype, k) for k in named}
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT32_MIN = int(np.iinfo(np.int32).min)
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+#: What a state dict may hold, per key: ``(minimum, min_inclusive, maximum, accepted-text)``.
+#: Scales are checked after rounding to float32 (what the variable stores): finite and in
+#: ``(0, float32 max]`` (an Ascend manager's ``loss_scale`` >= 1, as its constructor demands).
+#: Counters are integers that fit int32 and are >= 0, except ``hysteresis_tracker`` which Megatron
+#: lets go below zero.
+LIMITS = {
+    "scale": (0.0, False, _FLOAT32_MAX,
+              "a finite number > 0 and <= 3.4028235e38 (float32 max)"),
+    "loss_scale": (1.0, True, _FLOAT32_MAX,
+                   "a finite number >= 1 and <= 3.4028235e38 (float32 max)"),
+    "growth_tracker": (0, True, _INT32_MAX, "an integer >= 0 and <= %d (int32)" % _INT32_MAX),
+    "good_steps": (0, True, _INT32_MAX, "an integer >= 0 and <= %d (int32)" % _INT32_MAX),
+    "bad_steps": (0, True, _INT32_MAX, "an integer >= 0 and <= %d (int32)" % _INT32_MAX),
+    "hysteresis_tracker": (_INT32_MIN, True, _INT32_MAX,
+                           "an integer >= %d and <= %d (int32; it may be negative, as in "
+                           "Megatron)" % (_INT32_MIN, _INT32_MAX)),
+    "min_scale_overflow_steps": (0, True, _INT32_MAX,
+                                 "an integer >= 0 and <= %d (int32)" % _INT32_MAX),
+}
+
+
+def _default_limits(dtype):
+    if dtype.is_floating:
+        top = float(dtype.max)
+        return (-top, True, top, "a finite number that fits %s" % dtype.name)
+    return (int(dtype.min), True, int(dtype.max),
+            "an integer >= %d and <= %d (%s)" % (int(dtype.min), int(dtype.max), dtype.name))
+
+
+def _checked_value(owner_name, key, value, dtype, limits=None):
+    """``value`` as a Python number after checking it against ``limits`` (default: the
+    :data:`LIMITS` entry of ``key``, else the range of ``dtype``); raises naming the key."""
+    minimum, min_inclusive, maximum, accepted = (
+        limits or LIMITS.get(key) or _default_limits(dtype))
+    where = "%s.load_state_dict(): state_dict[%r]" % (owner_name, key)
+    if isinstance(value, (tf.Tensor, tf.Variable)) and hasattr(value, "numpy"):
+        value = value.numpy()
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        number = int(value)      # any size: NumPy would make an object array of a huge int
+    else:
+        array = np.asarray(value)
+        if array.size != 1 or not np.issubdtype(array.dtype, np.number) \
+                or np.issubdtype(array.dtype, np.complexfloating) or isinstance(value, bool):
+            raise TypeError("%s must be %s (a number, or a one-element array or tensor); got "
+                            "%r (type %s)" % (where, accepted, value, type(value).__name__))
+        number = array.reshape(()).item()
+    value_for_message = number
+    if dtype.is_floating:
+        if isinstance(number, int):
+            number = float(number) if abs(number) <= _FLOAT32_MAX * 2 else float("inf")
+        with np.errstate(over="ignore", under="ignore"):
+            stored = float(np.asarray(number, dtype=dtype.as_numpy_dtype))
+        if not np.isfinite(number) or not np.isfinite(stored):
+            raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
+        result = stored
+    else:
+        if not isinstance(number, int) and not float(number).is_integer():
+            raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
+        result = int(number)
+    too_low = result < minimum if min_inclusive else result <= minimum
+    if too_low or result > maximum:
+        raise ValueError("%s must be %s; got %r" % (where, accepted, value_for_message))
+    return float(number) if dtype.is_floating else result
+
+
+def write(owner, variables_fn, state_dict, session=None, limits=None):
+    """Assigns ``state_dict``'s values to the variables; every key must be present, no other.
+
+    Every value is checked (see :data:`LIMITS`; ``limits`` maps a key to its own
+    ``(minimum, min_inclusive, maximum, accepted-text)``) before any is assigned, so a refused
+    state dict changes nothing."""
+    owner_name = type(owner).__name__
+    if not isinstance(state_dict, dict):
+        raise TypeError("%s.load_state_dict() takes a dict; got %r (type %s)"
+                        % (owner_name, state_dict, type(state_dict).__name__))
+    if session is None and tf.executing_eagerly():
+        named = variables_fn()
+        values = _checked_values(owner_name, named, state_dict, limits)
+        for k, var in named.items():
+            var.assign(tf.constant(values[k], dtype=var.dtype))
+        return None
+    session = _session_or_error(session, owner_name, "load_state_dict")
+    graph = session.graph
+    with graph.as_default():
+        named = variables_fn()
+        values = _checked_values(owner_name, named, state_dict, limits)
+        cache = owner.__dict__.get(_CACHE_ATTR)
+        if cache is None:
+            cache = weakref.WeakKeyDictionary()
+            owner.__dict__[_CACHE_ATTR] = cache
+        built = cache.get(graph)
+        if built is None or set(built[0]) != set(named):
+            with tf.init_scope(), tf.control_dependencies(None), tf.name_scope("load_state_dict"):
+                feeds = {k: tf.compat.v1.placeholder(v.dtype, [], name=k) for k, v in named.items()}
+                op = tf.group(*[named[k].assign(feeds[k]) for k in named])
+            built = (feeds, op)
+            cache[graph] = built
+        feeds, op = built
+        session.run(op, {feeds[k]: values[k] for k in feeds})
+    return None
+
+
+def _checked_values(owner_name, named, state_dict, limits=None):
+    missing = [k for k in named if k not in state_dict]
+    unknown = [k for k in state_dict if k not in named]
+    if missing or unknown:
+        raise KeyError("%s.load_state_dict(): expected the keys %s; missing %s, unknown %s"
+                       % (owner_name, sorted(named), sorted(missing), sorted(map(str, unknown))))
+    limits = limits or {}
+    return {k: _checked_value(owner_name, k, state_dict[k], v.dtype, limits.get(k))
+            for k, v in named.items()}
+
+
+def _element_count(value):
+    """The number of elements of ``value``, counted from the data: TensorFlow's graph
+    optimizer would fold ``tf.size(value)`` to the declared shape of the variable the value is
+    read from or assigned to, which a restore does not enforce."""
+    flat = tf.reshape(tf.cast(value, tf.float64), [-1])
+    finite = tf.math.is_finite(flat)
+    return tf.shape(tf.where(tf.logical_or(finite, tf.logical_not(finite))))[0]
+
+
+@tf.autograph.experimental.do_not_convert   # graph building only: nothing to convert
+def restored_state_check(owner_name, named, limits=None):
+    """An op that raises ``tf.errors.InvalidArgumentError`` when a state variable holds what its
+    owner can never reach: a NaN, inf or out-of-range value, or a shape other than a scalar.
+
+    Constructors and :func:`write` refuse such values, but a checkpoint restore (a name-based
+    ``tf.compat.v1.train.Saver``, ``tf.train.Checkpoint``) writes whatever the file holds (a
+    Saver does not check shapes either; :class:`StagedState` does for ``tf.train.Checkpoint``). The owner runs this op before its scale is
+    used, so the first step after such a restore fails before anything is applied, with a
+    message naming the variable, its value and what is accepted. ``named`` maps a checkpoint key
+    to its variable; ``limits`` as in :func:`write`. In eager execution it raises right away.
+    """
+    checks = []
+    for key, var in named.items():
+        minimum, min_inclusive, maximum, accepted = (
+            (limits or {}).get(key) or LIMITS.get(key) or _default_limits(var.dtype))
+        value = tf.convert_to_tensor(var)
+        flat = tf.reshape(tf.cast(value, tf.float64), [-1])
+        finite = tf.math.is_finite(flat)
+        count = _element_count(value)
+        above = flat >= minimum if min_inclusive else flat > minimum
+        ok = tf.logical_and(tf.equal(count, 1),
+                            tf.reduce_all(finite & above & (flat <= maximum)))
+        checks.append(tf.debugging.Assert(
+            ok, ["%s: its variable %s holds" % (owner_name, key), value,
+                 "which it can never reach (a checkpoint restored an impossible state); "
+                 "accepted: a scalar, %s. Restore a checkpoint this object wrote; nothing of "
+                 "this step was applied." % accepted], summarize=16,
+            name="check_restored_" + key))
+    return tf.group(*checks, name="check_restored_state")
+
+
+# -- tf.train.Checkpoint restores, all or nothing ----------------------------------------------
+class StagedState:
+    """Restores an object's state variables from a ``tf.train.Checkpoint`` all or nothing.
+
+    TensorFlow restores a checkpoint one variable at a time and checks a value's shape only
+    when it assigns it, so a wrong-shaped value is refused after the variables restored before
+    it have taken their checkpoint values. An owner that lists :attr:`children` as its
+    checkpoint children in place of its variables (see :class:`StagedChildren`) has every value
+    of one restore held back until all of them have arrived; their shapes are checked together,
+    then all are assigned, or the restore raises ``ValueError`` with none assigned.
+
+    ``children`` are saved under the variables' own keys and with their own savers, so the
+    checkpoints written and read are the same as before. One restore is one TensorFlow restore
+    uid: the owner announces the children it hands out for that uid (:meth:`expect`) and the
+    last of them to arrive applies them all. A child restored alone (no announcement: a
+    name-based restore into an object graph, say) is checked and applied on its own.
+    Values out of range (a NaN scale...) are not refused here: the owner's first step refuses
+    them, as it does after a name-based ``Saver`` restore.
+    """
+
+    def __init__(self, owner_name, named):
+        self._owner_name = owner_name
+        self.variables = dict(named)
+        self.children = {name: _StagedVariable(self, name) for name in named}
+        self._expected = {}      # restore uid -> names announced
+        self._staged = {}        # restore uid -> {name: (saveable, tensors, shapes)}
+
+    def expect(self, name, uid):
+        """The child ``name`` was handed to the restore with uid ``uid``."""
+        self._expected.setdefault(uid, set()).add(name)
+
+    def stage(self, name, uid, saveable, tensors, shapes):
+        """One child's restored value: applies the whole restore when it is the last."""
+        expected = self._expected.get(uid, ())
+        if name not in expected:
+            return self._apply({name: (saveable, tensors, shapes)})
+        staged = self._staged.setdefault(uid, {})
+        staged[name] = (saveable, tensors, shapes)
+        if not expected <= set(staged):
+            return tf.no_op() if not tf.executing_eagerly() else None
+        for old in [u for u in self._expected if u <= uid]:
+            self._expected.pop(old, None)
+            self._staged.pop(old, None)
+        return self._apply(staged)
+
+    def _apply(self, staged):
+        """Checks every value's shape, then restores them all through the variables' own
+        savers; raises before any is assigned when one does not fit."""
+        if tf.executing_eagerly():
+            wrong = [self._describe(name, tensors[0]) for name, (_, tensors, _) in staged.items()
+                     if tensors[0].shape != self.variables[name].shape]
+            if wrong:
+                raise ValueError(
+                    "%s: the checkpoint being restored holds %s. Nothing was restored into "
+                    "%s's state (%s): restore a checkpoint this object wrote."
+                    % (self._owner_name, "; ".join(wrong), self._owner_name,
+                       ", ".join(sorted(n.lstrip("_") for n in self.variables))))
+            for saveable, tensors, shapes in staged.values():
+                saveable.restore(tensors, shapes)
+            return None
+        checks = [self._shape_check(name, tensors[0])
+                  for name, (_, tensors, _) in staged.items()]
+        restores = []
+        with tf.control_dependencies(checks):
+            for name, (saveable, tensors, shapes) in staged.items():
+                value = tf.reshape(tensors[0], self.variables[name].shape)
+                restores.append(saveable.restore([value], shapes))
+        return tf.group(*restores)
+
+    def _accepted(self, name):
+        variable = self.variables[name]
+        return "shape %s (%s)" % (tuple(variable.shape.as_list()), variable.dtype.name)
+
+    def _describe(self, name, value):
+        shown = np.array2string(np.asarray(value), threshold=8, separator=" ")
+        return "shape %s for %s (%s); accepted: %s" % (
+            tuple(value.shape.as_list()), name.lstrip("_"), shown, self._accepted(name))
+
+    def _shape_check(self, name, value):
+        """Graph mode: an op that fails the restore when ``value`` does not hold as many
+        elements as the variable (the file's shape is not known while the graph is built); the
+        value is then reshaped to the variable's shape, so one of the right size is assigned
+        in that shape."""
+        variable = self.variables[name]
+        return tf.debugging.Assert(
+            tf.equal(_element_count(value), variable.shape.num_elements()),
+            ["%s: the checkpoint being restored holds a value of shape" % self._owner_name,
+             tf.shape(value), "for %s; accepted: %s. Nothing was restored into its state: "
+             "restore a checkpoint this object wrote." % (name.lstrip("_"),
+                                                          self._accepted(name))],
+            name="check_restored_shape")
+
+
+class _StagedVariable(tracking.Trackable):
+    """A state variable's stand-in in checkpoints: saved with the variable's own saver, under
+    the same key; restored through :meth:`StagedState.stage`."""
+
+    def __init__(self, state, name):
+        self._npu_state = state
+        self._npu_name = name
+
+    def _gather_saveables_for_checkpoint(self):
+        return {tracking.VARIABLE_VALUE_KEY: self._saveable}
+
+    def _saveable(self, name):
+        variable = self._npu_state.variables[self._npu_name]
+        # A distributed variable names its own saver; a plain one is its own saveable.
+        own = variable._gather_saveables_for_checkpoint()[tracking.VARIABLE_VALUE_KEY]  # pylint: disable=protected-access
+        if callable(own) and not isinstance(own, tf.Variable):
+            own = own(name=name)
+        else:
+            own, = tracking.saveable_object_util.saveable_objects_for_op(variable, name)
+        return _StagingSaveable(self, own)
+
+    def _stage(self, saveable, tensors, shapes):
+        uid = getattr(self, "_self_update_uid", None)
+        return self._npu_state.stage(self._npu_name, uid, saveable, tensors, shapes)
+
+
+class _StagingSaveable(tracking.saveable_object.SaveableObject):
+    """The variable's own saveable, whose restore hands the value to the stand-in."""
+
+    def __init__(self, child, own):
+        super().__init__(own.op, own.specs, own.name)
+        self._child = child
+        self._own = own
+
+    def restore(self, restored_tensors, restored_shapes):
+        return self._child._stage(self._own, restored_tensors, restored_shapes)  # pylint: disable=protected-access
+
+
+class StagedChildren:
+    """Mixin for a ``Trackable`` (before its base): the :class:`StagedState` that
+    :meth:`_staged_state` returns (None: none yet) gives the checkpoint children of the state
+    variables, in place of the variables (a SavedModel keeps the variables)."""
+
+    def _staged_state(self):
+        return None
+
+    def _staged_children(self, save_type="checkpoint"):
+        state = self._staged_state()
+        if state is None:
+            return {}
+        return state.children if save_type == "checkpoint" else state.variables
+
+    def _expect_child(self, name):
+        state = self._staged_state()
+        if state is None or name not in state.children:
+            return None
+        state.expect(name, getattr(self, "_self_update_uid", None))
+        return state.children[name]
+
+    if tracking.CHILDREN_API:
+        def _trackable_children(self, save_type="checkpoint", **kwargs):
+            children = dict(super()._trackable_children(save_type, **kwargs))
+            children.update(self._staged_children(save_type))
+            return children
+
+        def _lookup_dependency(self, name, cached_dependencies=None):
+            child = self._expect_child(name)
+            if child is not None:
+                return child
+            return super()._lookup_dependency(name, cached_dependencies)
+    else:
+        # TF 2.6 lists the same children for checkpoints and SavedModels; a SavedModel asks for
+        # its extra children first, then for these, which then are the variables themselves.
+        def _list_extra_dependencies_for_serialization(self, serialization_cache):
+            self.__dict__["_npu_saved_model_listing"] = True
+            return super()._list_extra_dependencies_for_serialization(serialization_cache)
+
+        @property
+        def _checkpoint_dependencies(self):
+            saved_model = self.__dict__.pop("_npu_saved_model_listing", False)
+            staged = self._staged_children("savedmodel" if saved_model else "checkpoint")
+            kept = [ref for ref in super()._checkpoint_dependencies if ref.name not in staged]
+            return kept + [tracking.TrackableReference(name, child)
+                           for name, child in staged.items()]
+
+        def _lookup_dependency(self, name):
+            child = self._expect_child(name)
+            if child is not None:
+                return child
+            return super()._lookup_dependency(name)

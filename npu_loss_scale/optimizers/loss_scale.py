@@ -1,0 +1,722 @@
+"""NPULossScaleOptimizer: Ascend loss scaling on TensorFlow's own loss-scale optimizer."""
+import warnings
+
+import tensorflow as tf
+
+from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale.agreement import core as agreement_lib
+from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale._internal.compat import tracking
+from npu_loss_scale._internal.messages import LossScaleStuckWarning, OverflowInvisibleWarning, warn_when_run
+from npu_loss_scale._internal.compat.lookup import MutableHashTable
+from npu_loss_scale._internal.compat.loss_scale_optimizer import LossScaleOptimizerBase
+from npu_loss_scale._internal.compat.variables import Variable, key as variable_key, snapshot
+from npu_loss_scale.scaling.unscale import Reciprocal, unscale_gradient
+from npu_loss_scale.scaling.managers import as_manager
+
+
+FINITE_OP_NAME = "overflow_status_reduce_all"
+SUMMARY_SCOPE = "npu_loss_scale"
+
+
+def _reached(tensors, targets):
+    """Ids of the ``targets`` tensors that ``tensors`` are computed from (one graph walk)."""
+    found, seen = set(), set()
+    stack = [t for t in tensors if not isinstance(t, (tf.Variable,)) and hasattr(t, "op")]
+    while stack and len(found) < len(targets):
+        t = stack.pop()
+        if id(t) in targets:
+            found.add(id(t))
+        op = t.op
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        stack.extend(op.inputs)
+    return found
+
+
+class _Counter:
+    """An int64 counter kept in a one-entry hash table.
+
+    It needs no initializer (scripts that run only ``global_variables_initializer`` work) and by
+    default is not written into checkpoints: a checkpoint written on the device by Ascend's
+    optimizer, which has no such counter, restores with a plain name-based Saver into a graph that
+    has ours. With ``checkpoint=True`` (opt-in) the table is saved, under the checkpoint keys
+    ``<name>_table-keys`` and ``<name>_table-values``.
+    """
+
+    def __init__(self, name, checkpoint=False):
+        with tf.device("/device:CPU:0"):
+            self._table = MutableHashTable(
+                key_dtype=tf.int64, value_dtype=tf.int64, default_value=0, checkpoint=checkpoint,
+                name=name + "_table")
+        self.name = name
+        self.table = self._table
+
+    def read(self, name=None):
+        with tf.device("/device:CPU:0"):
+            return tf.identity(self._table.lookup(tf.constant([0], tf.int64))[0], name=name)
+
+    def add(self, delta):
+        """Op-returning tensor: the count after adding ``delta`` (int64 scalar)."""
+        with tf.device("/device:CPU:0"):
+            value = self.read() + tf.cast(delta, tf.int64)
+            insert = self._table.insert(tf.constant([0], tf.int64), tf.reshape(value, [1]))
+            with tf.control_dependencies([insert]):
+                return tf.identity(value)
+
+
+class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
+    """Wraps a ``tf.compat.v1.train`` optimizer with Ascend-style loss scaling.
+
+    What one training step does (``minimize`` = ``compute_gradients`` + ``apply_gradients``):
+
+    1. The loss is multiplied by the manager's loss scale, the inner optimizer computes the
+       gradients of the scaled loss, and every non-None gradient (dense or ``IndexedSlices``) is
+       multiplied by ``1 / loss_scale`` (as two normal float32 factors above ``2**126``, where
+       the reciprocal itself would flush to zero: see :mod:`npu_loss_scale.scaling.unscale`):
+       gradients come back unscaled. Nothing is cleared here.
+    2. After every gradient exists, the overflow status is read, then cleared: from the
+       device's float-status register (``npu`` backend), its CPU emulation (``emulation``) or an
+       IEEE inf/NaN test (``inf_nan``). The register is sticky from one read to the next, across
+       ``session.run`` calls, as on the device: an overflow anywhere since the previous read
+       (forward or backward pass, earlier micro-batches, cond and loop bodies) makes this step
+       skip. Evaluation runs that may overflow clear it themselves
+       (:func:`npu_loss_scale.clear_overflow_status`, or ``LossScaleHook(mode="eval")``). With
+       ``is_distributed=True`` the status is summed over all ranks first (one collective), so
+       every rank takes the same decision. The step is *finite* when the status is all zeros;
+       that boolean is the tensor :attr:`overflow_status_reduce_all`.
+    3. Finite step: the inner optimizer applies the gradients (and advances ``global_step``).
+       Overflowed step: nothing is applied, ``global_step`` stays, :attr:`skipped_steps` grows
+       by one. In both cases ``loss_scale_manager.update_loss_scale(finite)`` runs, once.
+
+    Gradient accumulation: with ``accumulation_steps=N`` each run of the train op adds the
+    micro-batch's unscaled gradients to float32 accumulators; every N-th run decides once, from
+    the register (sticky over the N micro-batches) and an inf/NaN test of the accumulators, and
+    applies the mean of the N micro-batch gradients, advances ``global_step`` once, updates the
+    manager once and agrees across ranks with one collective; then the accumulators restart.
+    On the other runs :attr:`overflow_status_reduce_all` reads True (no decision was taken).
+
+    Two optimizers in one train op (a GAN): each reads the overflow status after its own
+    gradients, and sees every overflow since its own previous read (on the ``emulation``
+    backend each optimizer has a slot of the register of its own; the device has one register:
+    there, run the two train ops in separate ``session.run`` calls). A manager shared by both
+    moves once per ``apply_gradients``, i.e. twice per step, as on the device.
+
+    A :class:`FixedLossScaleManager` with ``enable_overflow_check=False`` turns steps 2-3 off:
+    every step is applied, as with a plain optimizer.
+
+    Example::
+
+        import npu_loss_scale as nls
+        opt = tf.compat.v1.train.AdamOptimizer(1e-3)
+        mgr = nls.ExponentialUpdateLossScaleManager(init_loss_scale=2**32, incr_every_n_steps=1000,
+                                                    decr_every_n_nan_or_inf=2, decr_ratio=0.5)
+        opt = nls.NPULossScaleOptimizer(opt, mgr)
+        train_op = opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+
+    Args:
+      opt: the optimizer to wrap, an instance of ``tf.compat.v1.train.Optimizer``.
+      loss_scale_manager: a :class:`LossScaleManager`, or any object with ``get_loss_scale()``
+        and ``update_loss_scale(finite_grads)`` (a manager written for contrib or Ascend's
+        adapter): its ``update_loss_scale`` is called once per step, inside the train op.
+      is_distributed: sum the overflow status across ranks before deciding (Horovod, HCCL or a
+        ``tf.distribute`` strategy; see :mod:`npu_loss_scale.agreement`).
+      backend: overflow detection backend, ``"npu"``, ``"emulation"`` or ``"inf_nan"``; default:
+        ``$NPU_LOSS_SCALE_BACKEND``, else ``npu`` when npu_bridge imports, else ``emulation``.
+      agreement: with ``is_distributed``, how ranks agree: ``"strategy"``, ``"hccl"``,
+        ``"horovod"``, ``"collective"`` or an :class:`npu_loss_scale.agreement.Agreement`
+        instance; default: discovered (see :mod:`npu_loss_scale.agreement` and
+        docs/distributed.md). With ``is_distributed=False`` in a run that looks multi-rank, a
+        :class:`~npu_loss_scale.agreement.RanksMayDivergeWarning` is issued once.
+      summaries: add ``tf.compat.v1.summary`` scalars ``loss_scale``, ``skipped_steps`` and
+        ``overflow`` when the train op is built.
+      checkpoint_skipped_steps: save :attr:`skipped_steps` in checkpoints (opt-in; default
+        False). Off, a checkpoint restored into a new process restarts the count at 0, and a
+        device checkpoint (no such counter) restores with a plain name-based Saver. On, a
+        ``tf.compat.v1.train.Saver`` writes it under the keys ``skipped_steps_table-keys`` /
+        ``-values`` (and ``tf.train.Checkpoint`` as the child ``skipped_steps``), so a restart
+        resumes the count; such a Saver then needs those keys in every checkpoint it restores.
+      name: the optimizer's name; default ``"NPULossScale_" + opt.get_name()``.
+
+    Attribute lookups that this class does not answer fall through to the wrapped optimizer.
+    """
+
+    def __init__(self, opt, loss_scale_manager, is_distributed=False, *, backend=None,
+                 agreement=None, summaries=False, accumulation_steps=1, name=None,
+                 checkpoint_skipped_steps=False):
+        if not isinstance(opt, tf.compat.v1.train.Optimizer):
+            raise TypeError("opt must be a tf.compat.v1.train.Optimizer (for example "
+                            "tf.compat.v1.train.AdamOptimizer); got %r (type %s). For Keras "
+                            "optimizers use a Keras loss-scale optimizer instead."
+                            % (opt, type(opt).__name__))
+        manager = as_manager(loss_scale_manager)
+        _checks.boolean("is_distributed", is_distributed)
+        _checks.boolean("summaries", summaries)
+        self._checkpoint_skipped = _checks.boolean("checkpoint_skipped_steps",
+                                                   checkpoint_skipped_steps)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TypeError("name must be a non-empty string or None; got %r" % (name,))
+        self._accumulation_steps = _checks.positive_int("accumulation_steps", accumulation_steps)
+        self._manager = manager
+        self._is_distributed = is_distributed
+        self._check_overflow = bool(manager.get_enable_overflow_check())
+        self._backend_name = detection.get_backend_name(backend)
+        self._detector = detection.make_detector(self._backend_name)
+        if agreement is not None and not isinstance(agreement, agreement_lib.Agreement):
+            _checks.one_of("agreement", agreement, agreement_lib.AGREEMENT_NAMES)
+        self._agreement_choice = agreement
+        self._summaries = summaries
+        super().__init__(opt, manager)
+        # The attribute Ascend's TF1 optimizer (and contrib's) keeps the manager in: the user's.
+        self._loss_scale_manager = loss_scale_manager
+        self._name = name or "NPULossScale_" + opt.get_name()
+        self._per_graph = _graphs.PerGraph("optimizer")
+        self._state()   # create skipped_steps now, beside the manager's variables
+
+    # -- public properties --------------------------------------------------------------------
+    @property
+    def loss_scale_manager(self):
+        return self._loss_scale_manager
+
+    @property
+    def inner_optimizer(self):
+        return self._optimizer
+
+    @property
+    def is_distributed(self):
+        return self._is_distributed
+
+    @property
+    def accumulation_steps(self):
+        return self._accumulation_steps
+
+    @property
+    def backend_name(self):
+        """The overflow detection backend in use: ``npu``, ``emulation`` or ``inf_nan``."""
+        return self._backend_name
+
+    @property
+    def loss_scale(self):
+        """The current loss scale, a float32 scalar tensor."""
+        return self._manager.get_loss_scale()
+
+    def _built_state(self, what):
+        state = self._per_graph.peek()
+        if state is None:
+            raise RuntimeError("%s exists once this optimizer is used in the current graph: "
+                               "build it here (construct it, or call minimize() or "
+                               "apply_gradients()) first" % what)
+        return state
+
+    @property
+    def skipped_steps(self):
+        """int64 scalar tensor: how many steps were skipped because of an overflow.
+
+        In a ``tf.compat.v1`` graph it is the tensor ``skipped_steps:0`` (fetch it with the train
+        op or after it); in eager execution the current count. The counter needs no initializer
+        and is not saved in checkpoints (Ascend's optimizer has none) unless the optimizer was
+        built with ``checkpoint_skipped_steps=True``. Reading it creates no variable: it exists in
+        the graph the optimizer was built or used in.
+        """
+        state = self._built_state("skipped_steps")
+        if state["skipped_read"] is not None and _graphs.outermost_graph() is not None \
+                and tf.compat.v1.get_default_graph() is state["skipped_read"].graph:
+            return state["skipped_read"]
+        return state["skipped_steps"].read()
+
+    @property
+    def overflow_status_reduce_all(self):
+        """Scalar bool tensor of the last train op built in this graph: True = all finite."""
+        finite = self._built_state("overflow_status_reduce_all").get("finite")
+        if finite is None:
+            raise RuntimeError("overflow_status_reduce_all exists once the train op is built: call "
+                               "minimize() or apply_gradients() first (and the manager must have "
+                               "enable_overflow_check=True)")
+        return finite
+
+    @property
+    def step_report(self):
+        """Tensors describing the last train op built in this graph, for hooks and logging.
+
+        A dict: ``loss_scale`` (the scale the step used), ``next_loss_scale`` (the scale after
+        the step, or None if the manager cannot tell), ``finite`` (bool, None without an overflow
+        check), ``skipped_steps`` (after the step) and ``global_step`` (after the step, None when
+        no global step was passed). Fetching them with the train op costs nothing extra and
+        changes nothing: none of them has a side effect.
+        """
+        report = self._built_state("step_report").get("report")
+        if report is None:
+            raise RuntimeError("step_report exists once the train op is built: call minimize() or "
+                               "apply_gradients() first")
+        return dict(report)
+
+    def get_name(self):
+        return self._name
+
+    def variables(self):
+        own = []
+        state = self._per_graph.peek()
+        if state is not None:
+            own = ([state["micro_step"]] if "micro_step" in state else []) \
+                + list(state["accumulators"].values())
+        manager_state = self._manager._per_graph.peek()  # pylint: disable=protected-access
+        manager_vars = list(manager_state.get("_weights", {}).values()) if manager_state else []
+        return self._optimizer.variables() + manager_vars + own
+
+    def get_slot(self, var, name):
+        """Slots (Adam's ``m`` and ``v``, Momentum's ``momentum``...) live in the inner optimizer."""
+        return self._optimizer.get_slot(var, name)
+
+    def get_slot_names(self):
+        """The wrapper's own slots: none (as TensorFlow's and contrib's loss-scale optimizers).
+
+        The slots live in the inner optimizer (``get_slot`` reaches them;
+        ``inner_optimizer.get_slot_names()`` lists them). Listing them here too would make
+        ``tf.train.Checkpoint`` meet each slot twice, which it refuses."""
+        return []
+
+    def __getattr__(self, attr):
+        """Public attributes the wrapper lacks come from the inner optimizer; private ones
+        (``_name``) do not: a misspelt private name must not reach a different object."""
+        inner = self.__dict__.get("_optimizer")
+        if inner is None or attr.startswith("_"):
+            raise AttributeError("%r object has no attribute %r%s" % (
+                type(self).__name__, attr, " (private attributes are not forwarded to the inner "
+                "optimizer)" if inner is not None and attr.startswith("_") else ""))
+        return getattr(inner, attr)
+
+    # -- per-graph state ----------------------------------------------------------------------
+    def _state(self):
+        return self._per_graph.get(self._build_state)
+
+    def _build_state(self):
+        skipped = _Counter("skipped_steps", checkpoint=self._checkpoint_skipped)
+        in_graph = _graphs.outermost_graph() is not None
+        state = {"skipped_steps": skipped, "finite": None, "report": None, "accumulators": {},
+                 "skipped_read": skipped.read(name="skipped_steps") if in_graph else None,
+                 "reader": self._detector.reader() if self._check_overflow else None}
+        if self._accumulation_steps > 1:
+            state["micro_step"] = Variable(0, dtype=tf.int64, trainable=False,
+                                              name="accumulation_step")
+        return state
+
+    def _extra_trackable_children(self):
+        children = {}
+        per_graph = self.__dict__.get("_per_graph")   # None while constructing
+        state = per_graph.peek() if per_graph is not None else None
+        if state is not None:
+            if "micro_step" in state:
+                children["accumulation_step"] = state["micro_step"]
+            if self._checkpoint_skipped:
+                children["skipped_steps"] = state["skipped_steps"].table
+        return children
+
+    def _observed_attr(self):
+        return self._per_graph._attr + "_observed"  # pylint: disable=protected-access
+
+    @staticmethod
+    def _var_key(var):
+        return variable_key(var)
+
+    def _mark_observed(self, grads_and_vars, check):
+        """Remembers, in the graph being built, that these gradients were checked in scaled form
+        (``check``: (tensor the read waits for or None, their overflow flag or None when the
+        register covers them))."""
+        if tf.executing_eagerly():
+            return
+        graph = tf.compat.v1.get_default_graph()
+        attr = self._observed_attr()
+        marks = getattr(graph, attr, None)
+        if marks is None:
+            marks = {}
+            setattr(graph, attr, marks)
+        for grad, var in grads_and_vars:
+            values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+            marks[self._var_key(var)] = (check, values)
+
+    def _split_observed(self, grads_and_vars):
+        """(flags of observed gradients, tensors to wait for, gradients nothing checked yet).
+
+        A gradient counts as checked when ``compute_gradients`` of this optimizer produced the
+        gradient of its variable in the current graph (or a graph around it): clipping or other
+        processing between ``compute_gradients`` and ``apply_gradients`` costs no second pass.
+        """
+        marks = {}
+        if not tf.executing_eagerly():
+            chain, graph = [], tf.compat.v1.get_default_graph()
+            while graph is not None:
+                chain.append(graph)
+                graph = getattr(graph, "outer_graph", None)
+            for graph in reversed(chain):
+                marks.update(getattr(graph, self._observed_attr(), {}))
+        flags, waits, unchecked, seen = [], [], [], set()
+        pending = []
+        for g, v in grads_and_vars:
+            if g is None:
+                continue
+            mark = marks.get(self._var_key(v))
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            if mark is None:
+                unchecked.append(g)
+            elif mark[1] is values:
+                self._use_check(mark[0], flags, waits, seen)
+            else:
+                pending.append((g, mark))
+        if pending:
+            # Gradients computed from the checked ones (clipped, scaled...) in this run are
+            # covered; anything else (say an accumulator variable) is checked at the read.
+            reached = _reached(
+                [g.values if isinstance(g, tf.IndexedSlices) else g for g, _ in pending],
+                {id(mark[1]) for _, mark in pending})
+            for g, mark in pending:
+                if id(mark[1]) in reached:
+                    self._use_check(mark[0], flags, waits, seen)
+                else:
+                    unchecked.append(g)
+        return flags, waits, unchecked
+
+    @staticmethod
+    def _use_check(check, flags, waits, seen):
+        if id(check) in seen:
+            return
+        seen.add(id(check))
+        wait, flag = check
+        flags += [flag] if flag is not None else []
+        waits += [wait] if wait is not None else []
+
+    # -- gradients ----------------------------------------------------------------------------
+    def _doing_dynamic_loss_scaling(self):
+        # TensorFlow applies a non-dynamic scale without any check; Ascend checks whenever the
+        # manager asks for it, fixed scale or not.
+        return self._check_overflow
+
+    def compute_gradients(self, loss, var_list=None,
+                          gate_gradients=tf.compat.v1.train.Optimizer.GATE_OP,
+                          aggregation_method=None, colocate_gradients_with_ops=False,
+                          grad_loss=None):
+        """Gradients of ``loss`` computed with the loss scaled up, returned scaled back down.
+
+        Nothing is cleared or left behind: the overflow status keeps whatever earlier runs
+        recorded until ``apply_gradients`` reads it.
+        """
+        if callable(loss) and not tf.executing_eagerly():
+            loss = loss()
+        _checks.loss_tensor(loss)
+        var_list = _checks.variable_list("var_list", var_list)
+        scaled_loss = self._scale_loss(loss)
+        if grad_loss is None and isinstance(scaled_loss, tf.Tensor) and self._check_overflow \
+                and not tf.executing_eagerly():
+            # TensorFlow seeds backpropagation with a constant that does not wait for the
+            # forward pass; a seed made from the loss does, so the overflow read that waits for
+            # the gradients also waits for every saturation event of the forward pass feeding
+            # the loss (a cond or loop body included).
+            grad_loss = tf.ones_like(scaled_loss)
+        grads_and_vars = self._optimizer.compute_gradients(
+            loss=scaled_loss, var_list=var_list, gate_gradients=gate_gradients,
+            aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
+        grads = [g for g, _ in grads_and_vars]
+        variables = [v for g, v in grads_and_vars if g is not None]
+        if not self._check_overflow:
+            return list(zip(self._unscale_grads(grads), [v for _, v in grads_and_vars]))
+        # The check of the scaled gradients: one read pass (or none: the npu register). Each
+        # gradient's unscaling waits for the check's read of that gradient, so the multiply is
+        # the last reader of the scaled values and TensorFlow writes the unscaled values into
+        # their buffer (no new 4-bytes-per-parameter allocation, no second buffer to fill).
+        # With the fused kernel (npu_loss_scale._internal.kernels) the check and the unscaling are one
+        # pass: the check hands back the unscaled values.
+        readers = {}
+        reciprocal = Reciprocal.of(self._loss_scale())
+        wait, flag = self._detector.observe_scaled_gradients(grads, readers, reciprocal)
+        unscaled = self._unscale_after(grads, readers, reciprocal)
+        self._mark_observed([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
+                             if g is not None], (wait, flag))
+        return list(zip(unscaled, [v for _, v in grads_and_vars]))
+
+    def _unscale_grads(self, grads):
+        reciprocal = Reciprocal.of(self._loss_scale())
+        return [None if g is None else self._scale_grad(g, reciprocal) for g in grads]
+
+    def _scale_grad(self, grad, loss_scale_reciprocal):
+        return unscale_gradient(grad, loss_scale_reciprocal)
+
+    def _unscale_after(self, grads, readers, reciprocal):
+        """``_unscale_grads``, each gradient's multiply run after ``readers[id(values)]`` (or
+        taken from it when the check already unscaled that gradient)."""
+        out = []
+        for g in grads:
+            if g is None:
+                out.append(None)
+                continue
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            reader = readers.get(id(values))
+            if isinstance(reader, detection.Unscaled):
+                out.append(tf.IndexedSlices(reader.values, g.indices, g.dense_shape)
+                           if isinstance(g, tf.IndexedSlices) else reader.values)
+                continue
+            with tf.control_dependencies([reader] if reader is not None
+                                         and not tf.executing_eagerly() else []):
+                out.append(self._scale_grad(g, reciprocal))
+        return out
+
+    # -- applying -----------------------------------------------------------------------------
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Reads the overflow status and applies the gradients only when nothing overflowed.
+
+        See the class docstring; with ``accumulation_steps=N`` it accumulates and decides every
+        N-th run.
+        """
+        if tf.distribute.in_cross_replica_context():
+            raise ValueError("apply_gradients() must be called in a replica context.")
+        grads_and_vars = tuple(grads_and_vars)
+        if self._accumulation_steps > 1 and tf.distribute.has_strategy():
+            raise NotImplementedError(
+                "accumulation_steps=%d inside a tf.distribute strategy is not supported: use "
+                "accumulation_steps=1 there, or agree through Horovod, HCCL or TF collectives "
+                "(agreement='horovod', 'hccl' or 'collective') outside a strategy"
+                % self._accumulation_steps)
+        if not self._check_overflow and self._accumulation_steps == 1:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+        return tf.distribute.get_replica_context().merge_call(
+            self._distributed_apply, args=(grads_and_vars, global_step, name))
+
+    def _prepare_inner(self, grads_and_vars):
+        """Creates the inner optimizers' slots now, in the outermost graph.
+
+        TensorFlow's optimizers create them under ``tf.init_scope`` inside ``apply_gradients``;
+        inside the ``tf.cond`` around the inner apply that lands in eager mode when eager
+        execution was turned off inside ``main`` (``absl.app.run``), and the train op fails to
+        build. Slots that exist already are not created again.
+        """
+        var_list = [v for g, v in grads_and_vars if g is not None]
+        opt, seen = self._optimizer, set()
+        with _graphs.outer_scope(_graphs.outermost_graph()):
+            while isinstance(opt, tf.compat.v1.train.Optimizer) and id(opt) not in seen:
+                seen.add(id(opt))
+                opt._create_slots(var_list)  # pylint: disable=protected-access
+                opt = opt.__dict__.get("_optimizer")
+
+    def _warn_if_blind(self):
+        if self._backend_name != "inf_nan" or not self._check_overflow:
+            return
+        if emulation.is_inf_nan_enabled() or emulation._device_plugin() is not None:  # pylint: disable=protected-access
+            return
+        graph = _graphs.outermost_graph()
+        uses_saturation = bool(emulation._state_of(graph).registers)  # pylint: disable=protected-access
+        from npu_loss_scale.device import saturation  # pylint: disable=import-outside-toplevel
+        if uses_saturation or saturation.every_op_active():
+            warnings.warn(
+                "npu_loss_scale: backend='inf_nan' cannot see the overflows of emulated "
+                "saturation: saturate() turns them into finite +-MAX values and only the "
+                "register records them, so overflowed steps would be applied. Use "
+                "backend='emulation', or set_device_sat_mode(1) for IEEE arithmetic.",
+                OverflowInvisibleWarning, stacklevel=3)
+
+    def _replica_status(self, grads_and_vars, reader, observed):
+        grads = [g for g, _ in grads_and_vars if g is not None]
+        if observed:
+            flags, waits, unchecked = self._split_observed(grads_and_vars)
+        else:
+            flags, waits, unchecked = [], [], grads
+        return self._detector.read_status(unchecked, reader=reader, known_flags=flags,
+                                          wait_for=grads + waits)
+
+    def _read_and_agree(self, distribution, grads_and_vars, state, observed):
+        """(status agreed across replicas and ranks, ops that clear what was read)."""
+        reader = state["reader"]
+        if tf.distribute.has_strategy():
+            per_replica = distribution.extended.call_for_each_replica(
+                self._replica_status, args=(grads_and_vars, reader, observed))
+            status = distribution.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            end_ops = distribution.extended.call_for_each_replica(
+                lambda s: self._detector.end_step(s, reader=reader), args=(per_replica,))
+            end_ops = [op for op in tf.nest.flatten(distribution.experimental_local_results(
+                end_ops)) if op is not None]
+        else:
+            status = self._replica_status(grads_and_vars, reader, observed)
+            end_op = self._detector.end_step(status, reader=reader)
+            end_ops = [end_op] if end_op is not None else []
+        if self._is_distributed:
+            agreement = agreement_lib.make_agreement(self._agreement_choice, self._backend_name)
+            status = agreement.reduce(status)
+        else:
+            agreement_lib.warn_if_ranks_may_diverge()
+        return status, end_ops
+
+    def _bookkeeping(self, state, finite, global_step, before):
+        """Manager update, skipped count, stuck warning, report. Returns (ops, report)."""
+        scale = tf.identity(self._manager.get_loss_scale(), name="loss_scale_used")
+        skipped = state["skipped_steps"]
+        skipped_before = skipped.read()
+        gs_before = None
+        if global_step is not None:
+            with tf.control_dependencies(None):
+                gs_before = snapshot(global_step)
+            before.append(gs_before)
+        with tf.control_dependencies([scale]):
+            next_scale = self._manager.next_loss_scale(finite)
+        with tf.control_dependencies([scale, skipped_before]
+                                     + ([next_scale] if next_scale is not None else [])):
+            update_scale = self._serialized_update(finite)
+            overflowed = tf.logical_not(finite)
+            count = skipped.add(tf.cast(overflowed, tf.int64))
+        before.extend([scale, skipped_before])
+        skipped_after = skipped_before + tf.cast(overflowed, tf.int64)
+        if getattr(self._manager, "warns_when_stuck", False):
+            stuck = tf.constant(False)        # the manager's update() warns (once per step)
+        else:
+            stuck = tf.cond(tf.logical_and(overflowed, scale <= 1.0),
+                            lambda: self._warn_stuck(scale), lambda: tf.constant(False))
+        report = {"loss_scale": scale, "next_loss_scale": next_scale,
+                  "finite": finite if self._check_overflow else None,
+                  "skipped_steps": skipped_after,
+                  "global_step": None if gs_before is None
+                  else gs_before + tf.cast(finite, gs_before.dtype)}
+        return [update_scale, count, stuck], report
+
+    def _serialized_update(self, finite):
+        """``manager.update_loss_scale(finite)``, one at a time per manager and graph.
+
+        A manager shared by two optimizers whose train ops run in one ``session.run`` (a GAN) is
+        updated by both; a critical section keeps the two read-modify-write updates from
+        interleaving, so the manager moves exactly once per ``apply_gradients``.
+        """
+        if tf.distribute.has_strategy():
+            return self._manager.update_loss_scale(finite)
+        manager_state = self._manager._state()  # pylint: disable=protected-access
+        section = manager_state.get("_update_section")
+        if section is None:
+            with _graphs.outer_scope(_graphs.outermost_graph()):
+                section = tf.CriticalSection(name="loss_scale_update")
+            manager_state["_update_section"] = section
+
+        def update():
+            op = self._manager.update_loss_scale(finite)
+            with tf.control_dependencies([op]):
+                return tf.constant(True)
+
+        return section.execute(update, exclusive_resource_access=False)
+
+    def _distributed_apply(self, distribution, grads_and_vars, global_step=None, name=None):
+        """Cross-replica part of apply_gradients (reached through merge_call, as in TensorFlow)."""
+        name = name if name is not None else self.get_name()
+        state = self._state()
+        self._prepare_inner(grads_and_vars)
+        self._warn_if_blind()
+        if self._accumulation_steps > 1:
+            return self._accumulating_apply(distribution, grads_and_vars, global_step, name,
+                                            state)
+        status, end_ops = self._read_and_agree(distribution, grads_and_vars, state, True)
+        finite = tf.reduce_all(tf.equal(status, 0.0), name=FINITE_OP_NAME)
+        state["finite"] = finite
+        before = []
+        ops, report = self._bookkeeping(state, finite, global_step, before)
+
+        def apply_fn():
+            # The dependencies again inside the branch: a v1 cond does not hold the ops in its
+            # branches to the dependencies around it, and TF 1.15's reference-variable
+            # global_step would otherwise be read for the report after the branch advanced it.
+            with tf.control_dependencies(before):
+                return self._apply_gradients(distribution, grads_and_vars, global_step,
+                                             name + "-wrapped")
+
+        with tf.control_dependencies(before):
+            maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
+        state["report"] = report
+        if self._summaries:
+            self._add_summaries(report["loss_scale"], report["skipped_steps"],
+                                tf.logical_not(finite))
+        return tf.group(maybe_apply, *ops, *end_ops, name=name)
+
+    # -- accumulation -------------------------------------------------------------------------
+    def _accumulator(self, state, var):
+        key = variable_key(var)
+        acc = state["accumulators"].get(key)
+        if acc is None:
+            dtype = tf.float64 if var.dtype.base_dtype == tf.float64 else tf.float32
+            graph = _graphs.outermost_graph()
+            with _graphs.outer_scope(graph):
+                if graph is None:
+                    acc = Variable(tf.zeros(var.shape, dtype), trainable=False,
+                                   name="accumulator")
+                else:
+                    with graph.name_scope(None):
+                        acc = Variable(tf.zeros(var.shape, dtype), trainable=False,
+                                       name=var.op.name + "/accumulator")
+            state["accumulators"][key] = acc
+        return acc
+
+    def _accumulating_apply(self, distribution, grads_and_vars, global_step, name, state):
+        n = self._accumulation_steps
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        accs = [self._accumulator(state, v) for _, v in pairs]
+        adds = []
+        for (g, _), acc in zip(pairs, accs):
+            if isinstance(g, tf.IndexedSlices):
+                adds.append(acc.scatter_add(tf.IndexedSlices(
+                    tf.cast(g.values, acc.dtype), g.indices, g.dense_shape)))
+            else:
+                adds.append(acc.assign_add(tf.cast(g, acc.dtype)))
+        micro = state["micro_step"]
+        skipped = state["skipped_steps"]
+        with tf.control_dependencies(adds):
+            step = tf.identity(micro.assign_add(1))
+        boundary = step >= n
+
+        def decide():
+            totals = [tf.identity(acc.read_value()) for acc in accs]
+            if self._check_overflow:
+                status, end_ops = self._read_and_agree(
+                    distribution, [(t, v) for t, (_, v) in zip(totals, pairs)], state, False)
+                finite = tf.reduce_all(tf.equal(status, 0.0))
+            else:
+                finite, end_ops = tf.constant(True), []
+            before = []
+            ops, report = self._bookkeeping(state, finite, global_step, before)
+            means = [(tf.cast(t / n, v.dtype.base_dtype), v) for t, (_, v) in zip(totals, pairs)]
+
+            def apply_fn():
+                with tf.control_dependencies(before):    # as in _distributed_apply
+                    return self._apply_gradients(distribution, means, global_step,
+                                                 name + "-wrapped")
+
+            with tf.control_dependencies(before):
+                maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
+            with tf.control_dependencies([maybe_apply] + totals):
+                restart = [acc.assign(tf.zeros_like(acc)) for acc in accs]
+                restart.append(micro.assign(0))
+            with tf.control_dependencies([maybe_apply] + ops + end_ops + restart):
+                return (tf.identity(finite), tf.identity(report["loss_scale"]),
+                        tf.identity(report["skipped_steps"]))
+
+        def wait():
+            return (tf.constant(True), tf.identity(self._manager.get_loss_scale()),
+                    skipped.read())
+
+        finite, scale, skipped_now = tf.cond(boundary, decide, wait)
+        finite = tf.identity(finite, name=FINITE_OP_NAME)
+        state["finite"] = finite
+        state["report"] = {"loss_scale": scale, "next_loss_scale": None,
+                           "finite": finite if self._check_overflow else None,
+                           "skipped_steps": skipped_now, "global_step": None}
+        if self._summaries:
+            self._add_summaries(scale, skipped_now, tf.logical_not(finite))
+        return tf.group(finite, name=name)
+
+    @staticmethod
+    def _warn_stuck(scale):
+        return warn_when_run(
+            LossScaleStuckWarning, "npu_loss_scale: gradients overflowed at loss scale %g - the "
+            "scale cannot go lower, the step is skipped. The model itself overflows: check its "
+            "fp16 ranges.", [scale], name="warn_stuck_at_min_scale")
+
+    @staticmethod
+    def _add_summaries(scale, skipped, overflowed):
+        # Tags: npu_loss_scale/loss_scale, npu_loss_scale/skipped_steps, npu_loss_scale/overflow
+        with tf.name_scope(SUMMARY_SCOPE + "/"):
+            tf.compat.v1.summary.scalar("loss_scale", scale)
+            tf.compat.v1.summary.scalar("skipped_steps", skipped)
+            tf.compat.v1.summary.scalar("overflow", tf.cast(overflowed, tf.float32))

@@ -1,0 +1,462 @@
+"""Loss-scale managers: the rules that move the loss scale, and nothing else.
+
+A manager owns a few non-trainable variables and exposes two calls:
+
+* ``get_loss_scale()`` — the current scale as a float32 scalar tensor;
+* ``update_loss_scale(finite_grads)`` — an op that moves the scale given a boolean that says
+  whether the step's gradients were all finite.
+
+Managers know nothing about overflow detection, devices or optimizers; only
+:class:`~npu_loss_scale.NPULossScaleOptimizer` calls ``update_loss_scale`` (TensorFlow's own
+``MixedPrecisionLossScaleOptimizer`` never updates a manager it is given: use ours).
+
+State lives once per outermost graph (the ``tf.compat.v1`` graph, or eager execution for
+``tf.function``s), created the first time the manager is used there, outside any control
+dependency, cond or loop body, and held by that graph: a manager never keeps a graph alive.
+
+Checkpoints: the variables carry Ascend's names. In a ``tf.compat.v1`` graph a plain name-based
+``tf.compat.v1.train.Saver`` saves and restores them under the keys ``loss_scale``,
+``good_steps`` and ``bad_steps`` (``loss_scale_1``... for a second manager in the graph), so a
+checkpoint written on the device restores here and the other way round, with no ``var_list``
+map; ``loss_scale:0`` evaluates to the float32 scale. Object-based ``tf.train.Checkpoint``
+tracks the same names and restores them all or nothing (see
+:class:`npu_loss_scale._internal.state_io.StagedState`). The arithmetic is that of the Ascend adapter,
+in float32; :mod:`npu_loss_scale.scaling.reference.ascend` holds a pure-Python twin of each rule that the
+tests replay step for step.
+"""
+import abc
+
+import tensorflow as tf
+
+from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale._internal import state_io as _state_io
+from npu_loss_scale._internal.compat.loss_scale_optimizer import MANAGER_BASES
+from npu_loss_scale._internal.compat.ops import where
+from npu_loss_scale._internal.compat.variables import Variable
+from npu_loss_scale.scaling.reference.ascend import growth_threshold
+
+
+# The float32 tensor a script can fetch by name: ``loss_scale:0`` (see ascend-facts §3).
+LOSS_SCALE_TENSOR_NAME = "loss_scale"
+
+
+class _WholeVariable(tf.Variable.SaveSliceInfo):
+    """Save-slice info that covers the whole variable: its only effect is the checkpoint key.
+
+    A name-based Saver keys a graph-mode variable by its op name, and the op that a script
+    fetches as ``loss_scale:0`` must be the float value, not a resource handle. The variable's
+    own op is therefore named ``loss_scale_value`` and this "slice" (the whole tensor, empty
+    slice spec) gives it the key ``loss_scale``.
+    """
+
+    @property
+    def spec(self):
+        return ""
+
+
+class LossScaleManager(_state_io.StagedChildren, *MANAGER_BASES, metaclass=abc.ABCMeta):
+    """Base class of loss-scale managers.
+
+    Subclasses implement :meth:`get_loss_scale` and :meth:`update_loss_scale` (the contract of
+    ``tf.contrib.mixed_precision``'s managers and Ascend's: a manager that keeps its own
+    variables needs nothing else, and may skip this constructor), and may override
+    :meth:`_build_state`, :meth:`get_enable_overflow_check`, :meth:`next_loss_scale` and
+    :meth:`get_config`.
+
+    Per-graph state, for subclasses: :meth:`_state` returns a dict built by ``_build_state()``
+    the first time the manager is used in the current outermost graph; ``_build_state`` runs in
+    that graph with no control dependencies and outside any cond, loop or function body, and
+    creates its variables with :meth:`_add_weight` (checkpoint key = ``name``; in a
+    ``tf.compat.v1`` graph ``<name>:0`` also fetches the value). The dict is stored on the graph,
+    so it dies with it.
+
+    Only :class:`~npu_loss_scale.NPULossScaleOptimizer` updates a manager: TensorFlow's own
+    ``MixedPrecisionLossScaleOptimizer`` calls ``update(grads)`` only for a dynamic
+    ``tf.compat.v1.mixed_precision`` loss scale, and never for a manager.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._per_graph = _graphs.PerGraph("manager")
+
+    def __getattr__(self, attr):
+        # A subclass whose constructor does not call this one (contrib's managers have no
+        # constructor to call) gets its per-graph state holder on first use.
+        if attr == "_per_graph":
+            holder = _graphs.PerGraph("manager")
+            self.__dict__["_per_graph"] = holder
+            return holder
+        raise AttributeError("%r object has no attribute %r" % (type(self).__name__, attr))
+
+    @abc.abstractmethod
+    def get_loss_scale(self):
+        """Returns the current loss scale as a scalar float32 tensor."""
+
+    @abc.abstractmethod
+    def update_loss_scale(self, finite_grads):
+        """Returns an op that updates the loss scale; ``finite_grads`` is a scalar bool."""
+
+    def get_enable_overflow_check(self):
+        """Whether an optimizer using this manager must check for overflow (True by default)."""
+        return True
+
+    def next_loss_scale(self, finite_grads):  # pylint: disable=unused-argument
+        """The scale ``update_loss_scale(finite_grads)`` would leave, as a tensor that changes
+        nothing (None when the manager cannot tell). Hooks use it to report the new scale
+        without a second ``session.run``."""
+        return None
+
+    # -- TensorFlow LossScale interface -------------------------------------------------------
+    def __call__(self):
+        return self.get_loss_scale()
+
+    def update(self, grads):
+        flat = [g for g in tf.nest.flatten(grads) if g is not None]
+        finite = tf.constant(True)
+        for g in flat:
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(values)))
+        return self.update_loss_scale(finite), finite
+
+    # -- helpers for subclasses ---------------------------------------------------------------
+    def _state(self):
+        """The per-graph state dict, built by ``_build_state`` on first use in a graph."""
+        return self._per_graph.get(self._build_state_with_weights)
+
+    def _build_state_with_weights(self):
+        self._pending_weights = {}
+        try:
+            state = self._build_state()
+            state.setdefault("_weights", {}).update(self._pending_weights)
+        finally:
+            self._pending_weights = None
+        if state["_weights"]:
+            state["_staged"] = _state_io.StagedState(type(self).__name__, state["_weights"])
+            self._restore_deferred(state["_staged"])
+        if state.get("loss_scale") is not None and state["_weights"]:
+            # the graph's scale, used by every step, waits for the check of the whole state
+            with tf.control_dependencies([self._restored_state_check(state)]):
+                state["checked_loss_scale"] = tf.identity(state["loss_scale"])
+        return state
+
+    def _restore_deferred(self, staged):
+        """Restores what a checkpoint read before these weights existed holds for them, all or
+        nothing (see :class:`npu_loss_scale._internal.state_io.StagedState`)."""
+        self._maybe_initialize_trackable()
+        deferred = self._deferred_dependencies
+        for name in staged.children:
+            for position in deferred.get(name, ()):
+                staged.expect(name, position.checkpoint.restore_uid)
+        for name, child in staged.children.items():
+            self._handle_deferred_dependencies(name=name, trackable=child)
+
+    def _state_limits(self):
+        """``{checkpoint key: (minimum, min_inclusive, maximum, accepted-text)}`` for state
+        variables whose accepted values are not the defaults of ``_state_io.LIMITS``."""
+        return {}
+
+    def _restored_state_check(self, state):
+        """An op refusing a restored state no rule can reach (see
+        :func:`npu_loss_scale._internal.state_io.restored_state_check`)."""
+        return _state_io.restored_state_check(type(self).__name__, state["_weights"],
+                                              self._state_limits())
+
+    def _build_state(self):
+        """Creates this manager's tensors and variables in the current graph; returns a dict.
+
+        The default creates nothing: a manager that keeps its own variables needs no per-graph
+        state.
+        """
+        return {}
+
+    def get_config(self):
+        """The constructor arguments, for ``from_config``; a subclass that wants to be
+        serialised overrides it (there is no way to guess its arguments)."""
+        raise NotImplementedError(
+            "%s does not implement get_config(): override it to return the constructor's "
+            "arguments as a dict" % type(self).__name__)
+
+    @tf.autograph.experimental.do_not_convert   # graph building only: nothing to convert
+    def _scale_of_variable(self):
+        """The scale of a manager whose state holds it as ``scale_var`` (made by
+        :meth:`_add_weight`) and ``loss_scale`` (that weight's fetchable value, or None): the
+        value of ``loss_scale:0`` in a graph, the variable's value in eager or under a strategy;
+        either way read after :meth:`_restored_state_check` of the whole state, so a step after
+        the restore of an impossible state fails before anything uses the scale.
+        """
+        s = self._state()
+        if s["loss_scale"] is not None and not tf.distribute.has_strategy():
+            return s["checked_loss_scale"]
+        with tf.control_dependencies([self._restored_state_check(s)]):
+            return tf.identity(s["scale_var"])
+
+    def _add_weight(self, name, initial_value, dtype=None):
+        """Creates a non-trainable state variable (call it from ``_build_state``).
+
+        In a ``tf.compat.v1`` graph the variable's op is ``<name>_value``, ``<name>:0`` is its
+        value and a name-based Saver uses the key ``<name>`` (uniquified like any op name). In
+        eager execution it is a plain variable named ``name``. Object-based checkpoints track it
+        as ``name``.
+        """
+        graph = _graphs.outermost_graph()
+        variable = Variable(initial_value, name=name if graph is None else name + "_value",
+                            dtype=dtype, trainable=False,
+                            synchronization=tf.VariableSynchronization.AUTO,
+                            aggregation=tf.VariableAggregation.NONE)
+        if graph is not None and hasattr(variable, "_set_save_slice_info") \
+                and not tf.distribute.has_strategy():
+            value = tf.identity(tf.convert_to_tensor(variable), name=name)
+            variable._set_save_slice_info(_WholeVariable(value.op.name, [], [], []))  # pylint: disable=protected-access
+            variable._npu_loss_scale_value = value  # pylint: disable=protected-access
+        pending = getattr(self, "_pending_weights", None)
+        if pending is not None:
+            pending[name] = variable      # restored with the others once all exist
+        else:
+            self._handle_deferred_dependencies(name=name, trackable=variable)
+        return variable
+
+    def _staged_state(self):
+        per_graph = self.__dict__.get("_per_graph")   # None while constructing
+        state = per_graph.peek() if per_graph is not None else None
+        return state.get("_staged") if state is not None else None
+
+    @staticmethod
+    def _finite_flag(finite_grads):
+        return _checks.finite_flag("finite_grads", finite_grads)
+
+
+class FixedLossScaleManager(LossScaleManager):
+    """A loss scale that never changes.
+
+    Args:
+      loss_scale: the scale, a real number >= 1.
+      enable_overflow_check: if True (the default), :class:`NPULossScaleOptimizer` still reads
+        the overflow status every step and skips the update when anything overflowed (Ascend's
+        behaviour; TensorFlow's own optimizer never checks a fixed scale). If False, no status is
+        read and every step is applied.
+
+    Example::
+
+        mgr = FixedLossScaleManager(loss_scale=1024)
+        opt = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), mgr)
+    """
+
+    def __init__(self, loss_scale, enable_overflow_check=True):
+        super().__init__()
+        self._value = _checks.real_number("loss_scale", loss_scale, minimum=1.0,
+                                          maximum=_checks.FLOAT32_MAX)
+        self._enable_overflow_check = _checks.boolean("enable_overflow_check",
+                                                      enable_overflow_check)
+        self._state()
+
+    def _build_state(self):
+        return {"loss_scale": tf.constant(self._value, tf.float32, name=LOSS_SCALE_TENSOR_NAME)}
+
+    def get_loss_scale(self):
+        return self._state()["loss_scale"]
+
+    def update_loss_scale(self, finite_grads):
+        self._finite_flag(finite_grads)
+        return tf.no_op(name="fixed_loss_scale_update")
+
+    def next_loss_scale(self, finite_grads):
+        self._finite_flag(finite_grads)
+        return self.get_loss_scale()
+
+    def get_enable_overflow_check(self):
+        return self._enable_overflow_check
+
+    def get_config(self):
+        return {"loss_scale": self._value, "enable_overflow_check": self._enable_overflow_check}
+
+    def __repr__(self):
+        return "FixedLossScaleManager(loss_scale=%r, enable_overflow_check=%r)" % (
+            self._value, self._enable_overflow_check)
+
+    # -- state_dict (issue 10): a fixed scale has no state, like Megatron's ConstantGradScaler --
+    def state_dict(self, session=None):  # pylint: disable=unused-argument
+        """``{}``: nothing changes, nothing to save (the scale is a constructor argument)."""
+        return {}
+
+    def load_state_dict(self, state_dict, session=None):  # pylint: disable=unused-argument
+        """Accepts only the ``{}`` of :meth:`state_dict`.
+
+        A non-empty dict (say, the state of a dynamic manager) would be silently lost here, so it
+        raises instead: a fixed scale is set by the constructor.
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError("FixedLossScaleManager.load_state_dict() takes a dict; got %r (type "
+                            "%s)" % (state_dict, type(state_dict).__name__))
+        if state_dict:
+            raise ValueError("state_dict of a FixedLossScaleManager must be {} (a fixed scale has "
+                             "no state; set it with FixedLossScaleManager(loss_scale=...)); got "
+                             "keys %s" % sorted(state_dict))
+
+
+class ExponentialUpdateLossScaleManager(LossScaleManager):
+    """Grows the scale after a run of finite steps and shrinks it after overflows (Ascend rules).
+
+    State: ``loss_scale`` (float32), ``good_steps`` and ``bad_steps`` (int32), all
+    non-trainable variables saved with the model under Ascend's names (see the module
+    docstring). Each ``update_loss_scale(finite)``:
+
+    * finite step: if ``good_steps + 1 >= incr_every_n_steps`` then
+      ``loss_scale *= incr_ratio`` (only while ``loss_scale < 3.4e38 / incr_ratio``, so it never
+      becomes inf) and both counters reset to 0; else ``good_steps += 1`` — ``bad_steps`` is kept.
+    * overflowed step: if ``bad_steps + 1 >= decr_every_n_nan_or_inf`` then
+      ``loss_scale = max(1, loss_scale * decr_ratio)`` and both counters reset; else
+      ``bad_steps += 1`` and ``good_steps = 0``.
+
+    So growth needs ``incr_every_n_steps`` *consecutive* finite steps, while overflows count
+    towards a decrease even when finite steps come between them; the scale never goes below 1.
+    At a scale of 1 an overflow can no longer be cured by scaling and steps go on being skipped:
+    :class:`NPULossScaleOptimizer` logs a warning when that happens.
+
+    Example (the Ascend BERT defaults)::
+
+        mgr = ExponentialUpdateLossScaleManager(init_loss_scale=2**32, incr_every_n_steps=1000,
+                                                decr_every_n_nan_or_inf=2, decr_ratio=0.5)
+
+    Args:
+      init_loss_scale: starting scale, a real number >= 1 and <= float32 max.
+      incr_every_n_steps: consecutive finite steps before growing, integer >= 1.
+      decr_every_n_nan_or_inf: overflowed steps before shrinking, integer >= 1 (default 2).
+      incr_ratio: growth factor, > 1 (default 2).
+      decr_ratio: shrink factor, in (0, 1) (default 0.8).
+    """
+
+    def __init__(self, init_loss_scale, incr_every_n_steps, decr_every_n_nan_or_inf=2,
+                 incr_ratio=2, decr_ratio=0.8):
+        super().__init__()
+        self._init_loss_scale = _checks.real_number(
+            "init_loss_scale", init_loss_scale, minimum=1.0, maximum=_checks.FLOAT32_MAX)
+        self._incr_every_n_steps = _checks.positive_int("incr_every_n_steps", incr_every_n_steps)
+        self._decr_every_n_nan_or_inf = _checks.positive_int("decr_every_n_nan_or_inf",
+                                                             decr_every_n_nan_or_inf)
+        self._incr_ratio = _checks.real_number("incr_ratio", incr_ratio, minimum=1.0,
+                                               min_inclusive=False, accepted="> 1")
+        self._decr_ratio = _checks.real_number("decr_ratio", decr_ratio, minimum=0.0,
+                                               min_inclusive=False, maximum=1.0,
+                                               max_inclusive=False,
+                                               accepted="in the open interval (0, 1)")
+        self._state()
+
+    def _build_state(self):
+        scale = self._add_weight("loss_scale", self._init_loss_scale, tf.float32)
+        good = self._add_weight("good_steps", 0, tf.int32)
+        bad = self._add_weight("bad_steps", 0, tf.int32)
+        return {"scale_var": scale, "good_var": good, "bad_var": bad,
+                "loss_scale": getattr(scale, "_npu_loss_scale_value", None)}
+
+    @property
+    def variables(self):
+        """The manager's variables in the current graph: loss scale, good steps, bad steps."""
+        s = self._state()
+        return [s["scale_var"], s["good_var"], s["bad_var"]]
+
+    def get_loss_scale(self):
+        return self._scale_of_variable()
+
+    def _next(self, finite_grads):
+        finite = self._finite_flag(finite_grads)
+        s = self._state()
+        scale = tf.convert_to_tensor(s["scale_var"])
+        good = tf.convert_to_tensor(s["good_var"])
+        bad = tf.convert_to_tensor(s["bad_var"])
+        zero = tf.zeros_like(good)
+        good_next, bad_next = good + 1, bad + 1
+        grow = tf.logical_and(finite, good_next >= self._incr_every_n_steps)
+        shrink = tf.logical_and(tf.logical_not(finite),
+                                bad_next >= self._decr_every_n_nan_or_inf)
+        can_grow = scale < growth_threshold(self._incr_ratio)
+        grown = where(can_grow, scale * self._incr_ratio, scale)
+        shrunk = tf.maximum(tf.constant(1.0, tf.float32), scale * self._decr_ratio)
+        new_scale = where(grow, grown, where(shrink, shrunk, scale))
+        new_good = where(finite, where(grow, zero, good_next), zero)
+        new_bad = where(finite, where(grow, zero, bad), where(shrink, zero, bad_next))
+        return new_scale, new_good, new_bad
+
+    def next_loss_scale(self, finite_grads):
+        with tf.name_scope("next_loss_scale"):
+            return self._next(finite_grads)[0]
+
+    def update_loss_scale(self, finite_grads):
+        s = self._state()
+        with tf.name_scope("update_loss_scale"):
+            new_scale, new_good, new_bad = self._next(finite_grads)
+            return tf.group(s["scale_var"].assign(new_scale), s["good_var"].assign(new_good),
+                            s["bad_var"].assign(new_bad), name="assign")
+
+    def get_config(self):
+        return {"init_loss_scale": self._init_loss_scale,
+                "incr_every_n_steps": self._incr_every_n_steps,
+                "decr_every_n_nan_or_inf": self._decr_every_n_nan_or_inf,
+                "incr_ratio": self._incr_ratio, "decr_ratio": self._decr_ratio}
+
+    def __repr__(self):
+        return "ExponentialUpdateLossScaleManager(%s)" % ", ".join(
+            "%s=%r" % kv for kv in self.get_config().items())
+
+    # -- state_dict (issue 10) --------------------------------------------------------------
+    def _named_state_variables(self):
+        scale, good, bad = self.variables
+        return {"loss_scale": scale, "good_steps": good, "bad_steps": bad}
+
+    def state_dict(self, session=None):
+        """``{"loss_scale": float, "good_steps": int, "bad_steps": int}``.
+
+        Eager: the current values. Graph mode: read with ``session`` (default: the default
+        session; with neither, RuntimeError).
+        """
+        return _state_io.read(self, self._named_state_variables, session)
+
+    def load_state_dict(self, state_dict, session=None):
+        """Assigns the three values of a :meth:`state_dict` (same keys; session as there)."""
+        _state_io.write(self, self._named_state_variables, state_dict, session)
+
+
+class _ForeignManager(LossScaleManager):
+    """A manager that is not a :class:`LossScaleManager`, seen as one.
+
+    Any object with ``get_loss_scale()`` and ``update_loss_scale(finite_grads)`` (the contract
+    of ``tf.contrib.mixed_precision`` and of Ascend's adapter) works with
+    :class:`~npu_loss_scale.NPULossScaleOptimizer`: its two methods are called as they are, and
+    ``get_enable_overflow_check()`` when it has one (else the check is on).
+    """
+
+    def __init__(self, manager):
+        super().__init__()
+        self.manager = manager
+
+    def get_loss_scale(self):
+        return self.manager.get_loss_scale()
+
+    def update_loss_scale(self, finite_grads):
+        return self.manager.update_loss_scale(finite_grads)
+
+    def get_enable_overflow_check(self):
+        check = getattr(self.manager, "get_enable_overflow_check", None)
+        return True if check is None else check()
+
+    def __repr__(self):
+        return repr(self.manager)
+
+
+def as_manager(manager):
+    """``manager`` itself when it is a :class:`LossScaleManager`, else a view of it as one.
+
+    Raises TypeError for an object without callable ``get_loss_scale`` and
+    ``update_loss_scale``.
+    """
+    if isinstance(manager, LossScaleManager):
+        return manager
+    missing = [m for m in ("get_loss_scale", "update_loss_scale")
+               if not callable(getattr(manager, m, None))]
+    if missing:
+        raise TypeError(
+            "loss_scale_manager must be a LossScaleManager (FixedLossScaleManager, "
+            "ExponentialUpdateLossScaleManager) or an object with get_loss_scale() and "
+            "update_loss_scale(finite_grads); got %r (type %s), which has no %s"
+            % (manager, type(manager).__name__, " and no ".join(m + "()" for m in missing)))
+    return _ForeignManager(manager)

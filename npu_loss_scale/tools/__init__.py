@@ -1,0 +1,1 @@
+"""Layer 5, tools over a built graph: the loss-scale advisor (:mod:`.advisor`)."""
