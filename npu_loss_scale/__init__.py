@@ -17,6 +17,7 @@ npu_loss_scale import GradScaler``), so that, for example, the package's pytest 
 pytest at start-up through its entry point) costs nothing in test runs that do not use it.
 """
 import importlib
+from typing import TYPE_CHECKING
 
 from npu_loss_scale._internal import moved as _moved
 
@@ -65,6 +66,36 @@ _EXPORTS = {
 }
 
 __all__ = list(_EXPORTS)
+
+if TYPE_CHECKING:  # what editors and type checkers see; the names load lazily (below)
+    from npu_loss_scale.device import register as emulation
+    from npu_loss_scale.device.register import (  # noqa: F401
+        get_device_sat_mode, is_inf_nan_enabled, saturate, set_device_sat_mode)
+    from npu_loss_scale.detection import (  # noqa: F401
+        BACKEND_NAMES, ENV_VAR as BACKEND_ENV_VAR, clear_overflow_status, get_backend_name)
+    from npu_loss_scale.optimizers.loss_scale import (  # noqa: F401
+        NPULossScaleOptimizer)
+    from npu_loss_scale.scaling.managers import (  # noqa: F401
+        ExponentialUpdateLossScaleManager, FixedLossScaleManager, LossScaleManager)
+    from npu_loss_scale.scaling.megatron import (  # noqa: F401
+        ConstantGradScaler, DynamicGradScaler, MegatronGradScaler)
+    from npu_loss_scale.optimizers.megatron import (  # noqa: F401
+        MegatronGradientProcessor, MegatronMixedPrecisionOptimizer)
+    from npu_loss_scale.ascend.flags import (  # noqa: F401
+        loss_scale_manager_from_flag)
+    from npu_loss_scale.frontends.hooks import (  # noqa: F401
+        LossScaleHook, OverflowStatusClearHook)
+    from npu_loss_scale.schedules import (  # noqa: F401
+        WarmupDecaySchedule, warmup_decay_learning_rate, OptimizerParamScheduler,
+        ParamGroupOptimizer, ParamGroupOverride, combine_param_group_overrides,
+        param_group_override_to_tuple)
+    from npu_loss_scale.frontends import (  # noqa: F401
+        GradScaler, OptimizerThread, NoInfChecksError)
+    from npu_loss_scale.agreement import (  # noqa: F401
+        AgreementError)
+    from npu_loss_scale._internal.messages import (  # noqa: F401
+        NpuLossScaleWarning, LossScaleStuckWarning, OverflowInvisibleWarning,
+        RanksMayDivergeWarning, FusedKernelWarning)
 
 
 def __getattr__(name):

@@ -93,5 +93,10 @@ def main(argv=None):
     return {"report": _report, "build-kernel": _build_kernel}[args.command](args)
 
 
+__all__ = [
+    "PROG", "build_parser", "main",
+]
+
+
 if __name__ == "__main__":
     sys.exit(main())

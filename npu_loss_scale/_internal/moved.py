@@ -60,7 +60,8 @@ def _is_import_machinery(filename):
 
 def _stacklevel(own_files):
     """The stacklevel, for a warning raised in :func:`warn_moved`, of the code that imported the
-    old path: the first frame outside ``own_files`` and the import machinery."""
+    old path: the first frame outside ``own_files`` (this module, the old path's own stub,
+    ``importlib.import_module``) and the import machinery."""
     level, frame = 1, sys._getframe(2)  # pylint: disable=protected-access
     while frame is not None:
         name = frame.f_code.co_filename
@@ -75,8 +76,9 @@ def _stacklevel(own_files):
 def warn_moved(old, new, stub_file=None):
     """The one deprecation message of a moved module, pointing at the import of the old path
     (``stub_file``: the file of an old path that is still a module of its own, which calls this)."""
-    warnings.warn("%s moved to %s; the old path goes in npu-loss-scale 0.4" % (old, new),
-                  DeprecationWarning, stacklevel=_stacklevel((__file__, stub_file)) + 1)
+    warnings.warn("%s is deprecated and will be removed in 0.4; use %s instead" % (old, new),
+                  DeprecationWarning,
+                  stacklevel=_stacklevel((__file__, stub_file, importlib.__file__)) + 1)
 
 
 class _Alias(importlib.abc.Loader):

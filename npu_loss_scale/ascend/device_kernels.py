@@ -359,3 +359,10 @@ KERNELS = {
     "fast_gelu": fast_gelu,
     "fast_gelu_grad": fast_gelu_grad,
 }
+
+
+__all__ = [
+    "MASK_ALIGN_BITS", "V3_ALIGN", "FAST_GELU_ALPHA", "shape_input", "static_shape",
+    "mask_bytes_for", "drop_out_gen_mask", "drop_out_do_mask", "drop_out_gen_mask_v3",
+    "drop_out_do_mask_v3", "fast_gelu", "fast_gelu_grad", "KERNELS",
+]

@@ -74,3 +74,8 @@ def uninstall_run_hook():
     while _patched:
         cls, original = _patched.pop()
         cls.run = original
+
+
+__all__ = [
+    "mark_loop", "iterations_of", "install_run_hook", "uninstall_run_hook",
+]

@@ -193,3 +193,8 @@ def eager_joined():
 def cluster():
     """The CollectiveCluster of this rank after :func:`join`, else None."""
     return _state.get("cluster")
+
+
+__all__ = [
+    "free_ports", "rank_environments", "launch", "tag", "join", "eager_joined", "cluster",
+]

@@ -569,3 +569,8 @@ def disable():
     finder = _state.pop("finder", None)
     if finder is not None:
         sys.meta_path[:] = [f for f in sys.meta_path if f is not finder]
+
+
+__all__ = [
+    "moved_keras_module", "enable_keras_paths", "enable", "disable",
+]

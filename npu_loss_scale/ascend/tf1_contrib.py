@@ -721,3 +721,12 @@ def contrib():
         framework=_ns("tensorflow.contrib.framework.python.framework", tensor_util=tensor_util)))
     object.__setattr__(out, "_path", "tf.contrib")
     return out
+
+
+__all__ = [
+    "map_and_batch", "parallel_interleave", "xavier_initializer",
+    "variance_scaling_initializer", "l2_regularizer", "percentile", "transform",
+    "translations_to_projective_transforms", "angles_to_projective_transforms", "translate",
+    "rotate", "layer_norm", "HParams", "resolve_module", "with_same_shape", "Decoder",
+    "tile_batch", "hardmax", "replace_monitors_with_hooks", "contrib",
+]

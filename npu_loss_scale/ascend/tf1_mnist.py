@@ -94,3 +94,8 @@ def read_data_sets(train_dir, fake_data=False, one_hot=False, dtype="float32", r
     return Datasets(make(train_images[validation_size:], train_labels[validation_size:]),
                     make(train_images[:validation_size], train_labels[:validation_size]),
                     make(test_images, test_labels))
+
+
+__all__ = [
+    "Datasets", "FILES", "DataSet", "read_data_sets",
+]

@@ -105,3 +105,8 @@ def enable():
     """Adds every name of this module's docstring that the running TensorFlow lacks."""
     add_graph_last_id()
     add_keras_mixed_precision_experimental()
+
+
+__all__ = [
+    "add_graph_last_id", "add_keras_mixed_precision_experimental", "enable",
+]

@@ -425,5 +425,11 @@ def _run(args, argv, prog):
     return 0
 
 
+__all__ = [
+    "SHIM_DIR", "SHIM_PACKAGES", "real_npu_bridge_origin", "NOT_EMULATED_TOPS", "install_shim",
+    "uninstall_shim", "SAT_MODES", "SATURATE_DTYPES", "build_parser", "main",
+]
+
+
 if __name__ == "__main__":
     sys.exit(main())

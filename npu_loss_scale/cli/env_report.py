@@ -186,3 +186,8 @@ def format_report(fields):
     """The report as aligned ``field: value`` lines."""
     width = max(len(name) for name, _ in fields)
     return "\n".join("%s : %s" % (name.ljust(width), value) for name, value in fields)
+
+
+__all__ = [
+    "ENV_PREFIX", "FIELDS", "collect", "format_report",
+]

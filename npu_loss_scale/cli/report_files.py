@@ -41,3 +41,8 @@ def entry_point_tools(overflow_report=None, advise=None, advise_loss_scale=1.0):
             advisor.write_advice(advice, advise)
             print(advice.report(), file=sys.stderr)
             _messages.logger.info("advice written to %s", advise)
+
+
+__all__ = [
+    "entry_point_tools",
+]

@@ -404,3 +404,11 @@ def op_precision(mode):
         uninstall_op_precision()
         if previous is not None:
             install_op_precision(previous)
+
+
+__all__ = [
+    "CUBE_OPS", "FORCE_FP16_OPS", "check_precision_mode", "precision_mode_of",
+    "apply_precision_mode", "set_default_precision_mode", "install_session_hook",
+    "uninstall_session_hook", "install_op_precision", "uninstall_op_precision",
+    "op_precision_mode", "op_precision",
+]

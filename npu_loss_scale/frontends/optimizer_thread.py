@@ -218,3 +218,8 @@ class OptimizerThread:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+__all__ = [
+    "OptimizerThread",
+]

@@ -193,3 +193,9 @@ def _is_constant(ops, style):
     if isinstance(style, str):
         return style == "constant"
     return ops.tf.equal(style, "constant")
+
+
+__all__ = [
+    "LR_DECAY_STYLES", "WSD_DECAY_STYLES", "WD_INCR_STYLES", "PY", "tf_ops", "learning_rate",
+    "weight_decay",
+]

@@ -86,3 +86,9 @@ def check_override(override, where="param group override"):
         raise ValueError("%s: min_lr must be <= max_lr (%r); got %r"
                          % (where, override["max_lr"], override["min_lr"]))
     return override
+
+
+__all__ = [
+    "SCHEDULER_KEYS", "ParamGroupOverride", "param_group_override_to_tuple",
+    "combine_param_group_overrides", "check_override",
+]

@@ -271,3 +271,8 @@ class ParamGroupOptimizer(tf.compat.v1.train.Optimizer):
         raise RuntimeError("ParamGroupOptimizer applies through its groups' optimizers")
 
     _resource_apply_dense = _apply_sparse = _resource_apply_sparse = _apply_dense
+
+
+__all__ = [
+    "ParamGroupOptimizer",
+]

@@ -467,3 +467,8 @@ def _check_group(param_group, allow_none):
                         "{'max_lr': 1e-4}); got %r (type %s)"
                         % (param_group, type(param_group).__name__))
     check_override(param_group, "param_group")
+
+
+__all__ = [
+    "COMPARED", "OptimizerParamScheduler",
+]

@@ -135,3 +135,6 @@ def warmup_decay_learning_rate(global_step, max_lr, warmup_steps=0, decay_steps=
                                init_lr=init_lr)(global_step, name=name)
 
 
+__all__ = [
+    "DECAY_STYLES", "WarmupDecaySchedule", "warmup_decay_learning_rate",
+]

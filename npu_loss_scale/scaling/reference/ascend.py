@@ -101,3 +101,9 @@ def unscale(grad, loss_scale):
     for factor in factors:
         wide = wide * wide.dtype.type(factor)
     return wide.astype(grad.dtype)
+
+
+__all__ = [
+    "GROWTH_CEILING", "growth_threshold", "ExponentialUpdateRule", "FixedRule",
+    "UNSCALE_SPLIT_ABOVE", "unscale",
+]

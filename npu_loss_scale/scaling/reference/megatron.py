@@ -60,3 +60,8 @@ class DynamicScalerTwin:
     def as_dict(self):
         return {"scale": float(self.scale), "growth_tracker": self.growth_tracker,
                 "hysteresis_tracker": self.hysteresis_tracker}
+
+
+__all__ = [
+    "DynamicScalerTwin",
+]

@@ -52,3 +52,8 @@ class GradScalerTwin:
 
     def as_dict(self):
         return {"scale": float(self.scale), "growth_tracker": self.growth_tracker}
+
+
+__all__ = [
+    "MIN_SCALE", "GradScalerTwin",
+]
