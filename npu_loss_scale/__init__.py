@@ -26,6 +26,7 @@ __version__ = "0.2.0"
 # public name -> (submodule, attribute in it; None = the submodule itself)
 _EXPORTS = {
     "emulation": (".device.register", None),
+    "saturation": (".device.saturation", None),
     "BACKEND_NAMES": (".detection", "BACKEND_NAMES"),
     "BACKEND_ENV_VAR": (".detection", "ENV_VAR"),
     "clear_overflow_status": (".detection", "clear_overflow_status"),
@@ -69,6 +70,7 @@ __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:  # what editors and type checkers see; the names load lazily (below)
     from npu_loss_scale.device import register as emulation
+    from npu_loss_scale.device import saturation
     from npu_loss_scale.device.register import (  # noqa: F401
         get_device_sat_mode, is_inf_nan_enabled, saturate, set_device_sat_mode)
     from npu_loss_scale.detection import (  # noqa: F401
