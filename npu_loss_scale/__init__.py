@@ -17,9 +17,10 @@ npu_loss_scale import GradScaler``), so that, for example, the package's pytest 
 pytest at start-up through its entry point) costs nothing in test runs that do not use it.
 """
 import importlib
+import importlib.abc
+import importlib.machinery
+import sys
 from typing import TYPE_CHECKING
-
-from npu_loss_scale._internal import moved as _moved
 
 __version__ = "0.2.0"
 
@@ -113,7 +114,28 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-_moved.install()  # the old paths of modules moved in 0.3 (npu_loss_scale._internal.moved)
+class _OldPaths(importlib.abc.MetaPathFinder):
+    """Serves the old import paths of modules moved in 0.3 (``npu_loss_scale._internal.moved``).
+
+    First on ``sys.meta_path``; it lets every module of today's layout load as usual and imports
+    the table of old paths only when a name is not one of them, or is a submodule of an old
+    package path (``npu_loss_scale._compat.ops``: found there, it would load a second time).
+    """
+
+    def find_spec(self, fullname, path=None, target=None):  # pylint: disable=unused-argument
+        if not fullname.startswith(__name__ + "."):
+            return None
+        parent = fullname.rpartition(".")[0]
+        parent_module = sys.modules.get(parent)
+        if ((parent_module is None or parent_module.__name__ == parent)
+                and importlib.machinery.PathFinder.find_spec(fullname, path) is not None):
+            return None
+        from npu_loss_scale._internal import moved  # pylint: disable=import-outside-toplevel
+        return moved.find_spec(fullname)
+
+
+if not any(isinstance(finder, _OldPaths) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _OldPaths())
 
 
 def __dir__():

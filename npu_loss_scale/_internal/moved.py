@@ -2,8 +2,9 @@
 
 ``import npu_loss_scale.policy`` (and every other path below) still works and returns the very
 module object of the new path, so ``monkeypatch.setattr`` on it reaches the code that runs; it
-warns once, with a :class:`DeprecationWarning` naming the new path. ``MOVED`` is the one table;
-``npu_loss_scale/__init__.py`` installs the finder. The aliases go in 0.4 (see docs/releases.md).
+warns once, with a :class:`DeprecationWarning` naming the new path. ``MOVED`` is the one table.
+The finder that asks :func:`find_spec` is in ``npu_loss_scale/__init__.py``, so that this module
+is imported only when an old path is. The aliases go in 0.4 (see docs/releases.md).
 """
 import importlib
 import importlib.abc
@@ -100,19 +101,10 @@ class _Alias(importlib.abc.Loader):
         module.__spec__ = self._spec
 
 
-class MovedFinder(importlib.abc.MetaPathFinder):
-    """Finds the old paths of :data:`MOVED`. It comes first on ``sys.meta_path``, so that a
-    submodule of a moved package (``npu_loss_scale._compat.ops``) is not loaded a second time
-    from the package's new folder; for every other name it answers None at once."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        new = new_path(fullname)
-        if new is None:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(new))
-
-
-def install():
-    """Puts the finder first on ``sys.meta_path``, once (cheap: imports nothing of TensorFlow)."""
-    if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, MovedFinder())
+def find_spec(fullname):
+    """The spec that loads the old path ``fullname`` as its new module, or None if it did not
+    move (the package's finder asks, see ``npu_loss_scale/__init__.py``)."""
+    new = new_path(fullname)
+    if new is None:
+        return None
+    return importlib.machinery.ModuleSpec(fullname, _Alias(new))
