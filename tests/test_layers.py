@@ -55,11 +55,17 @@ def _imported(node, module, is_package):
         else:
             base = node.module or ""
         return ["%s.%s" % (base, alias.name) for alias in node.names]
-    if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
+    if (isinstance(node, ast.Call) and node.args
             and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"):
-        return [node.args[0].value]
+        literal = _string(node.args[0])
+        return [literal] if literal is not None else []
     return []
+
+
+def _string(node):
+    """A string literal's value (ast.Str before Python 3.8, ast.Constant after), else None."""
+    value = getattr(node, "value", getattr(node, "s", None))
+    return value if isinstance(value, str) and isinstance(node, (ast.Constant, ast.Str)) else None
 
 
 def import_graph(files=None):

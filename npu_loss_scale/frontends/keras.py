@@ -469,6 +469,12 @@ def _register_legacy_conversion(legacy_class):
 
 def __getattr__(name):
     if name == "NpuLossScaleOptimizer":
+        if not compat_keras.has_loss_scale_optimizer():
+            raise ImportError(
+                "npu_loss_scale.keras.NpuLossScaleOptimizer is built on Keras's LossScaleOptimizer, "
+                "which this TensorFlow (%s) does not have (TensorFlow 2.4 and later do); in TF1 "
+                "Keras, compile the model with optimizer=NPULossScaleOptimizer(...) instead "
+                "(docs/guides/keras.md)" % tf.__version__, name="npu_loss_scale.keras")
         if name not in _built:
             build = _build_keras3 if compat_keras.is_keras3() else _build_keras2
             _built[name] = _register(build())

@@ -35,6 +35,12 @@ def is_keras3():
     return hasattr(tf.keras.optimizers, "LossScaleOptimizer")
 
 
+def has_loss_scale_optimizer():
+    """Whether this TensorFlow's Keras has a ``LossScaleOptimizer`` at all (TF 2.4 and later;
+    TF 1.15's Keras has none)."""
+    return is_keras3() or hasattr(tf.keras.mixed_precision, "LossScaleOptimizer")
+
+
 def keras2_source_package():
     """The package whose modules ``tf.keras`` is made of, for scripts that import Keras modules
     by path: ``"keras.src"`` on Keras 2.13 to 2.15, ``"keras"`` on Keras 2.6 to 2.12 (where
