@@ -200,3 +200,20 @@ def test_the_architecture_page_names_the_same_layers():  # pylint: disable=missi
         for unit in units:
             if unit:
                 assert "`%s" % unit in content, unit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("front_end", ["npu_loss_scale_optimizer", "grad_scaler"])
+def test_one_training_step_never_calls_back_up_a_layer(front_end):
+    """At run time too: scripts/step_path.py records every call of one step between package
+    files; none goes from a file into a file of a higher layer."""
+    import json  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    script = os.path.join(os.path.dirname(ROOT), "scripts", "step_path.py")
+    out = subprocess.run([sys.executable, script, "--json", "--front-end", front_end],
+                         capture_output=True, text=True, check=True).stdout
+    report = json.loads(out.splitlines()[-1])
+    assert report["calls_up"] == []
+    assert report["files"][0].startswith("npu_loss_scale/" + (
+        "optimizers/" if front_end == "npu_loss_scale_optimizer" else "frontends/"))
