@@ -141,7 +141,7 @@ def join(eager=False):
     if size <= 1 or not os.environ.get("TF_CONFIG"):
         return None
     from tensorflow.python.client import session as session_lib  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.agreement import cluster as agreement  # pylint: disable=import-outside-toplevel
     cluster = agreement.get_collective_cluster()
     if cluster is None:
         return None
