@@ -7,6 +7,7 @@ import warnings
 
 import tensorflow as tf
 
+from npu_loss_scale._internal import env as rank_env
 from npu_loss_scale._internal import messages as _messages
 from npu_loss_scale.agreement.cluster import get_collective_cluster
 from npu_loss_scale.agreement.horovod import horovod_size
@@ -30,9 +31,12 @@ def multi_worker_reason():
     if size is not None and size > 1:
         return "Horovod is initialised with %d ranks" % size
     for var in _ENV_WORLD_SIZES:
-        raw = os.environ.get(var, "").strip()
-        if raw.isdigit() and int(raw) > 1:
-            return "%s=%s" % (var, raw)
+        try:
+            size = rank_env.env_int(var, 1)
+        except ValueError:    # not a launcher's value: no sign of several ranks
+            continue
+        if size > 1:
+            return "%s=%d" % (var, size)
     try:
         cluster = get_collective_cluster()
     except ValueError:
