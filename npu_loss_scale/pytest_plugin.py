@@ -539,8 +539,8 @@ def _rank_main(spec_path):
     for part in spec["qualname"].split("."):
         fn = getattr(fn, part)
     value = fn(*spec["args"], **spec["kwargs"])
-    rank = os.environ.get("RANK_ID", "0")
-    with open("%s.rank%s.result" % (spec_path, rank), "wb") as f:
+    from npu_loss_scale._internal import env as rank_env  # pylint: disable=import-outside-toplevel
+    with open("%s.rank%d.result" % (spec_path, rank_env.rank_id()), "wb") as f:
         pickle.dump(value, f)
 
 

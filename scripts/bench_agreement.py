@@ -10,7 +10,7 @@ Inside the same processes it builds the same small model twice - one train op wi
 ``is_distributed=False`` (the baseline: no agreement) and one with ``is_distributed=True`` - and
 times blocks of steps of each, alternating, so both see the same machine load. It prints, per
 backend: the median step time without and with agreement (ms), the difference, the ratio, and
-the number of collectives one step runs (``agreement.count_collectives``) without and with.
+the number of collectives one step runs (``tools.graph_checks.count_collectives``) without and with.
 
 Baselines: under a ``tf.distribute`` strategy the optimizer always sums the status over the
 replicas (that *is* the strategy's agreement), so the ``strategy`` baseline is the same step
@@ -41,7 +41,8 @@ def _worker(args):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     import npu_loss_scale as nls  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale import agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.tools import graph_checks  # pylint: disable=import-outside-toplevel
 
     base = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
                                     inter_op_parallelism_threads=2)
@@ -97,7 +98,7 @@ def _worker(args):
             for key, distributed in (("off", False), ("on", True)):
                 with tf.compat.v1.variable_scope(key):
                     trains[key] = make_opt(distributed).minimize(model(x))
-        counts = {key: agreement.count_collectives(op) for key, op in trains.items()}
+        counts = {key: graph_checks.count_collectives(op) for key, op in trains.items()}
         init = tf.compat.v1.global_variables_initializer()
 
     feed = {x: np.random.RandomState(rank).uniform(-1, 1, (BATCH, WIDTH)).astype(np.float32)}

@@ -78,7 +78,7 @@ def worker_main(args):
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import npu_loss_scale as nls  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale import agreement  # pylint: disable=import-outside-toplevel
     if args.backend == "horovod":
         import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
     if rank == args.fault_rank and args.fault in ("late", "late-beyond"):

@@ -15,7 +15,10 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from tf_versions import collective_v2_only
-from npu_loss_scale.agreement import core as agreement
+from npu_loss_scale import agreement
+from npu_loss_scale.agreement import cluster as agreement_cluster
+from npu_loss_scale.agreement import divergence
+from npu_loss_scale.tools import graph_checks
 
 WORLD_ENV = ("TF_CONFIG", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "RANK_SIZE",
              "WORLD_SIZE", agreement.TIMEOUT_ENV_VAR)
@@ -26,13 +29,13 @@ def _single_process(monkeypatch):
     """Each test starts as a plain single process: no cluster, no launcher, no warning given."""
     for var in WORLD_ENV:
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(agreement, "_configured_cluster", None)
-    monkeypatch.setattr(agreement, "_tf_config_cluster", {})
+    monkeypatch.setattr(agreement_cluster, "_configured_cluster", None)
+    monkeypatch.setattr(agreement_cluster, "_tf_config_cluster", {})
     monkeypatch.delitem(sys.modules, "horovod.tensorflow", raising=False)
     monkeypatch.delitem(sys.modules, "npu_bridge.hccl.hccl_ops", raising=False)
-    agreement._reset_divergence_warning()  # pylint: disable=protected-access
+    divergence._reset_divergence_warning()  # pylint: disable=protected-access
     yield
-    agreement._reset_divergence_warning()  # pylint: disable=protected-access
+    divergence._reset_divergence_warning()  # pylint: disable=protected-access
 
 
 def _two_workers(index=0, extra=None):
@@ -220,7 +223,7 @@ def test_collective_status_allreduce_is_one_op_whatever_the_number_of_gradients(
                                     _manager(), is_distributed=True)
     train = opt.minimize(loss)
     assert len(variables) == 12
-    assert agreement.count_collectives(train) == 1
+    assert graph_checks.count_collectives(train) == 1
     ops = [op for op in graph.get_operations() if op.type == "CollectiveReduceV2"]
     assert len(ops) == 1
     op = ops[0]
@@ -382,5 +385,17 @@ def test_count_collectives_looks_into_cond_branches(graph, monkeypatch):
     flag = tf.compat.v1.placeholder(tf.bool, [])
     out = tf.cond(flag, lambda: coll.reduce(tf.ones([2])) + coll.reduce(tf.ones([2])),
                   lambda: tf.zeros([2]))
-    assert agreement.count_collectives(out) == 2
-    assert agreement.count_collectives(tf.zeros([1])) == 0
+    assert graph_checks.count_collectives(out) == 2
+    assert graph_checks.count_collectives(tf.zeros([1])) == 0
+
+
+def test_the_old_name_of_count_collectives_warns_and_gives_the_moved_function():
+    with pytest.warns(DeprecationWarning) as caught:
+        old = agreement.count_collectives
+    assert old is graph_checks.count_collectives
+    assert [str(w.message).split(";")[0] for w in caught] == [
+        "npu_loss_scale.agreement.count_collectives moved to "
+        "npu_loss_scale.tools.graph_checks.count_collectives"]
+    assert caught[0].filename == __file__          # points at the line that used the old name
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        agreement.no_such_name  # pylint: disable=pointless-statement

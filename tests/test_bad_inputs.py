@@ -515,6 +515,16 @@ def b_sat_mode_env(ctx):
     return nls.get_device_sat_mode
 
 
+def b_rank_size_env(ctx):
+    ctx.mp.setenv("RANK_SIZE", "two")
+    from npu_loss_scale.cli import report_files  # pylint: disable=import-outside-toplevel
+
+    def trigger():
+        with report_files.entry_point_tools(overflow_report="overflow.jsonl"):
+            pass
+    return trigger
+
+
 def b_saturate_every_op(dtypes):
     def build(ctx):
         def trigger():
@@ -920,6 +930,10 @@ CASES = [
     case("sat-mode-env-variable-bad", "NPU_LOSS_SCALE_SAT_MODE=2, then get_device_sat_mode",
          b_sat_mode_env, ValueError, r"environment variable NPU_LOSS_SCALE_SAT_MODE must be 0 or "
                                      r"saturation, 1 or inf_nan; got '2'", graph=False),
+    case("rank-size-env-variable-not-an-int",
+         "RANK_SIZE=two, then emulate's --overflow-report (report_files.entry_point_tools)",
+         b_rank_size_env, ValueError,
+         r"environment variable RANK_SIZE must be an integer; got 'two'", graph=False),
     case("saturate-integer-tensor", "saturate", lambda c: lambda: nls.saturate(tf.constant(1)),
          TypeError, r"x must be a floating-point tensor \(float16, bfloat16, float32 or "
                     r"float64\); got dtype int32"),

@@ -18,7 +18,8 @@ import npu_loss_scale as nls
 from npu_loss_scale import __main__ as cli
 from npu_loss_scale._internal import kernels as _kernels
 from npu_loss_scale._internal import messages as _messages
-from npu_loss_scale.agreement import core as agreement
+from npu_loss_scale import agreement
+from npu_loss_scale.agreement import watchdog
 from npu_loss_scale.cli import emulate
 from npu_loss_scale.optimizers import loss_scale as optimizer
 from npu_loss_scale.ascend import ranks
@@ -286,7 +287,7 @@ def test_the_horovod_watchdog_firing_is_logged_as_an_error(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "horovod.tensorflow", type("FakeHorovod", (), {
         "shutdown": staticmethod(lambda: None)}))
     caplog.set_level(logging.INFO, logger="npu_loss_scale")
-    dog = agreement._Watchdog()  # pylint: disable=protected-access
+    dog = watchdog._Watchdog()  # pylint: disable=protected-access
     dog.arm(0.2)
     deadline = time.monotonic() + 10
     while dog.fired is None and time.monotonic() < deadline:

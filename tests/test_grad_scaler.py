@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from npu_loss_scale.agreement import core as agreement
+from npu_loss_scale import agreement
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale.frontends import NoInfChecksError, OptState
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale.agreement import core as agreement
+from npu_loss_scale import agreement
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale.device import saturation
 from npu_loss_scale.keras import NpuLossScaleOptimizer

@@ -166,7 +166,7 @@ OLD_EDGES = [
     ("npu_loss_scale.device.localisation", "npu_loss_scale.tools.advisor"),
     ("npu_loss_scale.device.register", "npu_loss_scale.detection.backends"),
     ("npu_loss_scale.device.localisation", "npu_loss_scale.device.register"),
-    ("npu_loss_scale.agreement.core", "npu_loss_scale.detection.backends"),
+    ("npu_loss_scale.agreement.discovery", "npu_loss_scale.detection.backends"),
     ("npu_loss_scale.ascend.tf1_contrib", "npu_loss_scale"),
 ]
 

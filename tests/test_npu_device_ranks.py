@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale.agreement import core as agreement
+from npu_loss_scale import agreement
 from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.device import register as emulation
 from rank_lines import json_events

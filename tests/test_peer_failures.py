@@ -14,7 +14,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from npu_loss_scale.agreement import core as agreement
+from npu_loss_scale import agreement
+from npu_loss_scale.agreement import watchdog
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dist_workers import harness  # noqa: E402  pylint: disable=wrong-import-position
@@ -76,7 +77,7 @@ def test_the_horovod_watchdog_shuts_horovod_down_when_an_all_reduce_waits_too_lo
             calls.append(time.monotonic())
 
     monkeypatch.setitem(sys.modules, "horovod.tensorflow", FakeHorovod)
-    dog = agreement._Watchdog()  # pylint: disable=protected-access
+    dog = watchdog._Watchdog()  # pylint: disable=protected-access
     dog.disarm(dog.arm(0.3))           # an all-reduce that completed in time
     dog.arm(0.3, key=7)                # a run that failed elsewhere: never disarmed ...
     dog.disarm(dog.arm(0.3, key=7))    # ... the next run of the same all-reduce replaces it

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import npu_loss_scale as nls  # noqa: E402
-from npu_loss_scale.agreement import core as agreement  # noqa: E402
+from npu_loss_scale import agreement  # noqa: E402
 
 FEATURES, CLASSES, HIDDEN, BATCH = 16, 4, 32, 64
 

@@ -4,7 +4,9 @@
 module object of the new path, so ``monkeypatch.setattr`` on it reaches the code that runs; it
 warns once, with a :class:`DeprecationWarning` naming the new path. ``MOVED`` is the one table.
 The finder that asks :func:`find_spec` is in ``npu_loss_scale/__init__.py``, so that this module
-is imported only when an old path is. The aliases go in 0.4 (see docs/releases.md).
+is imported only when an old path is. A name that left a module which stays (``MOVED_NAMES``)
+answers through that module's ``__getattr__`` and :func:`moved_name`, the same way. The aliases
+go in 0.4 (see docs/releases.md).
 """
 import importlib
 import importlib.abc
@@ -40,6 +42,11 @@ MOVED = {
     "advisor": "tools.advisor",
     "flags": "ascend.flags",
     "env_report": "cli.env_report",
+}
+
+# names that left a module which stays: old "module.name" -> the new module, both relative
+MOVED_NAMES = {
+    "agreement.count_collectives": "tools.graph_checks",
 }
 
 
@@ -80,6 +87,18 @@ def warn_moved(old, new, stub_file=None):
     warnings.warn("%s is deprecated and will be removed in 0.4; use %s instead" % (old, new),
                   DeprecationWarning,
                   stacklevel=_stacklevel((__file__, stub_file, importlib.__file__)) + 1)
+
+
+def moved_name(module, name, stub_file):
+    """For the ``__getattr__`` of ``module`` (an absolute name; ``stub_file`` its file): the
+    object ``name`` of :data:`MOVED_NAMES` at its new place (the very object), with the
+    deprecation warning; AttributeError for any other name."""
+    target = MOVED_NAMES.get("%s.%s" % (module[len(PACKAGE) + 1:], name))
+    if target is None:
+        raise AttributeError("module %r has no attribute %r" % (module, name))
+    new = "%s.%s" % (PACKAGE, target)
+    warn_moved("%s.%s" % (module, name), "%s.%s" % (new, name), stub_file)
+    return getattr(importlib.import_module(new), name)
 
 
 class _Alias(importlib.abc.Loader):

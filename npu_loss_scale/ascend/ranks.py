@@ -26,6 +26,8 @@ import sys
 import threading
 import time
 
+from npu_loss_scale._internal import env as rank_env
+
 _state = {}  # cluster, session target, eager (the eager context is the task)
 _patched = []
 
@@ -135,13 +137,13 @@ def join(eager=False):
     if _state:
         return _state["cluster"]
     try:
-        size = int(os.environ.get("RANK_SIZE", "1") or 1)
-    except ValueError:
+        size = rank_env.rank_size()
+    except ValueError:     # not set by the --ranks launcher: not a rank of several
         return None
     if size <= 1 or not os.environ.get("TF_CONFIG"):
         return None
     from tensorflow.python.client import session as session_lib  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.agreement import cluster as agreement  # pylint: disable=import-outside-toplevel
     cluster = agreement.get_collective_cluster()
     if cluster is None:
         return None

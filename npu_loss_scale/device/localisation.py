@@ -81,6 +81,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from npu_loss_scale._internal import env as _env
 from npu_loss_scale._internal import graphs as _graphs
 from npu_loss_scale._internal import messages as _messages
 from npu_loss_scale._internal.compat import py_func
@@ -534,10 +535,10 @@ def clear_observations():
 def _per_rank(path):
     """``path`` with ``.rank<RANK_ID>`` before its extension in a rank of several (``--ranks N``
     sets RANK_ID and RANK_SIZE), so the ranks do not write one file."""
-    if path is None or int(os.environ.get("RANK_SIZE", "1") or 1) <= 1:
+    if path is None or _env.rank_size() <= 1:
         return path
     root, ext = os.path.splitext(path)
-    return "%s.rank%s%s" % (root, os.environ.get("RANK_ID", "0"), ext)
+    return "%s.rank%d%s" % (root, _env.rank_id(), ext)
 
 
 def enable_for_device_dump(dump_path=None, file_name="overflow_report.jsonl"):

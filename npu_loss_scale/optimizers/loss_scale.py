@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import graphs as _graphs
-from npu_loss_scale.agreement import core as agreement_lib
+from npu_loss_scale import agreement as agreement_lib
 from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale._internal.compat import tracking

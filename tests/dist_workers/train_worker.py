@@ -40,7 +40,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import npu_loss_scale as nls  # noqa: E402
-from npu_loss_scale.agreement import core as agreement  # noqa: E402
+from npu_loss_scale import agreement  # noqa: E402
+from npu_loss_scale.tools import graph_checks  # noqa: E402
 
 BATCH, DIN, DOUT = 4, 3, 2
 ERROR_EXIT = 3
@@ -133,7 +134,7 @@ class Run:
                               "global_step": tf.identity(self.gs),
                               "w": tf.identity(self.vars[0]), "b": tf.identity(self.vars[1])}
             self.init = tf.compat.v1.global_variables_initializer()
-            self.collectives = agreement.count_collectives(self.train)
+            self.collectives = graph_checks.count_collectives(self.train)
         self.warned = any(issubclass(w.category, agreement.RanksMayDivergeWarning)
                           for w in caught)
 

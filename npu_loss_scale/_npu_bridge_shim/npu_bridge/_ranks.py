@@ -1,31 +1,14 @@
-"""Rank numbers of the emulated run, from the environment variables Ascend launchers set."""
-import os
-
-
-def _env_int(name, default):
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError("environment variable %s must be an integer; got %r" % (name, raw))
-
-
-def rank_size():
-    return _env_int("RANK_SIZE", 1)
-
-
-def rank_id():
-    return _env_int("RANK_ID", 0)
+"""Rank numbers of the emulated run, from the environment variables Ascend launchers set (read
+by :mod:`npu_loss_scale._internal.env`, the one parser of them)."""
+from npu_loss_scale._internal.env import env_int, rank_id, rank_size  # noqa: F401  (this API)
 
 
 def local_rank_size():
-    return _env_int("LOCAL_RANK_SIZE", rank_size())
+    return env_int("LOCAL_RANK_SIZE", rank_size())
 
 
 def local_rank_id():
-    return _env_int("LOCAL_RANK_ID", _env_int("DEVICE_ID", rank_id()))
+    return env_int("LOCAL_RANK_ID", env_int("DEVICE_ID", rank_id()))
 
 
 def require_single_rank(what):

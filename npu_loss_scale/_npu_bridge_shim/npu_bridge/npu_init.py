@@ -116,7 +116,7 @@ def npu_run_config_init(run_config=None):
 def npu_hooks_append(hooks_list=()):
     """``hooks_list`` plus the variable-broadcast hook (a no-op at one rank), as a new list."""
     hooks = list(hooks_list) if isinstance(hooks_list, (list, tuple)) else []
-    hooks.append(NPUBroadcastGlobalVariablesHook(0, int(os.getenv("RANK_ID", "0"))))
+    hooks.append(NPUBroadcastGlobalVariablesHook(0, get_rank_id()))
     return hooks
 
 

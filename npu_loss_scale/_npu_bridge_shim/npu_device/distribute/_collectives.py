@@ -48,8 +48,8 @@ _one_off_keys = itertools.count(ONE_OFF_KEYS)
 
 def eager_group_key():
     """The group key of the eager collectives (next to the session group's key)."""
-    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
-    return agreement.DEFAULT_GROUP_KEY + 1
+    from npu_loss_scale.agreement import cluster as group_settings  # pylint: disable=import-outside-toplevel
+    return group_settings.DEFAULT_GROUP_KEY + 1
 
 
 def cluster():
@@ -69,10 +69,10 @@ def eager_timeout():
     that stalls or runs its collectives in another order.
     """
     import os  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
-    if not os.environ.get(agreement.TIMEOUT_ENV_VAR, "").strip():
+    from npu_loss_scale.agreement import cluster as group_settings  # pylint: disable=import-outside-toplevel
+    if not os.environ.get(group_settings.TIMEOUT_ENV_VAR, "").strip():
         return 0
-    return agreement._timeout(None)  # pylint: disable=protected-access
+    return group_settings.timeout_from_env()
 
 
 def _run_key(signature):

@@ -24,7 +24,8 @@ _built = {}
 
 def _agreement_class():
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.agreement import core as agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale import agreement  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.agreement import failures  # pylint: disable=import-outside-toplevel
     from npu_device import distribute  # pylint: disable=import-outside-toplevel
     from npu_device.distribute import _collectives  # pylint: disable=import-outside-toplevel
 
@@ -42,7 +43,7 @@ def _agreement_class():
             out = _collectives.all_reduce([status], "sum", device.workers_num,
                                           name=agreement.STATUS_ALLREDUCE_NAME)[0]
             if not tf.executing_eagerly():
-                agreement._record_reduce(  # pylint: disable=protected-access
+                failures.record_reduce(
                     out, self.name, _collectives.cluster().timeout,
                     "TF CollectiveReduceV2 over %d emulated ranks" % device.workers_num)
             return out
