@@ -63,7 +63,7 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import state_io as _state_io
-from npu_loss_scale._internal.compat.ops import where
+from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
 from npu_loss_scale.scaling.unscale import Reciprocal
 from npu_loss_scale.detection.step import OverflowCheck
@@ -602,21 +602,17 @@ class GradScaler(_state_io.StagedChildren, tf.Module):
                                    "tensor)")
 
     def _apply_rules(self, found):
-        """torch's update rule on the variables, as ops (eager or traced), with one addition: a
-        backoff never takes the scale below ``MIN_SCALE`` (an overflow there warns instead)."""
+        """torch's update rule (:func:`npu_loss_scale.scaling.torch.next_state`) on the
+        variables, as ops (eager or traced), with one addition: a backoff never takes the scale
+        below ``MIN_SCALE`` (an overflow there warns instead)."""
         with tf.control_dependencies(self._state_checks()):
             scale = tf.identity(self._scale)
             tracker = tf.identity(self._growth_tracker)
         overflow = found > 0
-        successful = tracker + 1
-        grow = tf.logical_and(tf.logical_not(overflow),
-                              tf.equal(successful, tf.convert_to_tensor(self._growth_interval)))
-        grown = scale * tf.convert_to_tensor(self._growth_factor)
-        backed_off = tf.maximum(scale * tf.convert_to_tensor(self._backoff_factor),
-                                tf.constant(MIN_SCALE, tf.float32))
-        new_scale = where(overflow, backed_off,
-                          where(tf.logical_and(grow, tf.math.is_finite(grown)), grown, scale))
-        new_tracker = where(tf.logical_or(overflow, grow), tf.zeros_like(tracker), successful)
+        new_scale, new_tracker = torch_rule.next_state(
+            scale, tracker, tf.logical_not(overflow), growth_factor=self._growth_factor,
+            backoff_factor=self._backoff_factor, growth_interval=self._growth_interval,
+            min_scale=MIN_SCALE)
         stuck = tf.cond(tf.logical_and(overflow, scale <= MIN_SCALE),
                         lambda: _warn_stuck_at_min_scale(scale), lambda: tf.constant(False))
         return tf.group(self._scale.assign(new_scale, read_value=False),

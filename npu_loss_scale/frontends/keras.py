@@ -64,7 +64,7 @@ import tensorflow as tf
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import state_io as _state_io
 from npu_loss_scale._internal.compat import keras as compat_keras
-from npu_loss_scale._internal.compat.ops import where
+from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale.scaling.unscale import Reciprocal, unscale_gradient
 from npu_loss_scale.detection.step import OverflowCheck
 
@@ -93,10 +93,14 @@ def _check_args(dynamic, initial_scale, dynamic_growth_steps):
     return initial_scale, dynamic_growth_steps
 
 
-def _grown(scale, doubled):
-    """The scale after a growth: ``doubled`` unless it is infinite, else ``scale`` (both Keras
-    versions keep the scale finite, see the module docstring)."""
-    return where(tf.math.is_finite(doubled), doubled, scale)
+def _keras_rule(scale, counter, finite, growth_steps, factor=2.0):
+    """(scale, counter) after one step of Keras's growth/backoff rule: the torch family's
+    :func:`npu_loss_scale.scaling.torch.next_state` with Keras's parameters (halve, never below
+    1; double after ``growth_steps`` finite steps, or more, unless the doubled scale is infinite;
+    ``factor=1``: a fixed scale whose counter still moves, Keras 2's ``dynamic=False``)."""
+    return torch_rule.next_state(scale, counter, finite, growth_factor=factor,
+                                 backoff_factor=1.0 / factor, growth_interval=growth_steps,
+                                 min_scale=1.0, at_or_past=True)
 
 
 _IMPOSSIBLE = ("NpuLossScaleOptimizer: the %s variable %s holds {}; accepted: %s (a restored "
@@ -213,25 +217,22 @@ def _build_keras3():
                 self._count_finite_step()
 
         def _count_finite_step(self):
-            """After ``dynamic_growth_steps`` finite steps the scale doubles, held at its
-            largest finite value (Keras 3's own class doubles it to inf, then skips every
-            step for ever); a counter at or past the growth point grows too."""
-            def grow():
-                self.dynamic_scale.assign(_grown(self.dynamic_scale,
-                                                 keras_ops.multiply(self.dynamic_scale, 2.0)))
-                self.step_counter.assign(0)
-
-            def count():
-                self.step_counter.assign_add(1)
-
-            keras_ops.cond(keras_ops.greater_equal(self.step_counter,
-                                                   self.dynamic_growth_steps - 1), grow, count)
+            """One finite step of Keras's rule (:func:`_keras_rule`): a growth held at the
+            largest finite scale (Keras 3's own class doubles it to inf, then skips every step
+            for ever); a counter at or past the growth point grows too."""
+            scale, count = _keras_rule(self.dynamic_scale, self.step_counter, True,
+                                       self.dynamic_growth_steps)
+            self.dynamic_scale.assign(scale)
+            self.step_counter.assign(count)
 
         def _stateful_handle_non_finite_grads(self):
-            self.step_counter.assign(0)
-            if self._npu_dynamic:
-                self.dynamic_scale.assign(
-                    keras_ops.maximum(keras_ops.multiply(self.dynamic_scale, 0.5), 1.0))
+            if not self._npu_dynamic:
+                self.step_counter.assign(0)     # a fixed scale: only the count restarts
+                return
+            scale, count = _keras_rule(self.dynamic_scale, self.step_counter, False,
+                                       self.dynamic_growth_steps)
+            self.dynamic_scale.assign(scale)
+            self.step_counter.assign(count)
 
         def get_config(self):
             config = super().get_config()
@@ -293,19 +294,9 @@ def _build_keras2():
             with tf.control_dependencies([record]):
                 finite = tf.identity(finite)
             scale, counter = self.current_loss_scale, self.counter
-
-            def on_finite():
-                def grow():
-                    return tf.group(scale.assign(_grown(scale, scale * self.multiplier)),
-                                    counter.assign(0))
-                return tf.cond(counter + 1 >= self.growth_steps, grow,
-                               lambda: tf.group(counter.assign_add(1)))
-
-            def on_overflow():
-                return tf.group(counter.assign(0),
-                                scale.assign(tf.maximum(scale / self.multiplier, 1.0)))
-
-            return tf.cond(finite, on_finite, on_overflow), finite
+            new_scale, new_counter = _keras_rule(scale, counter, finite, self.growth_steps,
+                                                 self.multiplier)
+            return tf.group(scale.assign(new_scale), counter.assign(new_counter)), finite
 
     class _Keras2(_NpuProperties):
         """What the two Keras 2 classes share: the package's state in place of Keras's."""

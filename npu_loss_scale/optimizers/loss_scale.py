@@ -10,62 +10,18 @@ from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale._internal.compat import tracking
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, OverflowInvisibleWarning, warn_when_run
-from npu_loss_scale._internal.compat.lookup import MutableHashTable
 from npu_loss_scale._internal.compat.loss_scale_optimizer import LossScaleOptimizerBase
-from npu_loss_scale._internal.compat.variables import Variable, key as variable_key, snapshot
+from npu_loss_scale._internal.compat.variables import Variable, snapshot
+from npu_loss_scale._internal.counter import Counter
+from npu_loss_scale.optimizers import _accumulation, _observed
 from npu_loss_scale.scaling.unscale import Reciprocal, unscale_gradient
 from npu_loss_scale.scaling.managers import as_manager
+
+__all__ = ["NPULossScaleOptimizer", "FINITE_OP_NAME", "SUMMARY_SCOPE"]
 
 
 FINITE_OP_NAME = "overflow_status_reduce_all"
 SUMMARY_SCOPE = "npu_loss_scale"
-
-
-def _reached(tensors, targets):
-    """Ids of the ``targets`` tensors that ``tensors`` are computed from (one graph walk)."""
-    found, seen = set(), set()
-    stack = [t for t in tensors if not isinstance(t, (tf.Variable,)) and hasattr(t, "op")]
-    while stack and len(found) < len(targets):
-        t = stack.pop()
-        if id(t) in targets:
-            found.add(id(t))
-        op = t.op
-        if id(op) in seen:
-            continue
-        seen.add(id(op))
-        stack.extend(op.inputs)
-    return found
-
-
-class _Counter:
-    """An int64 counter kept in a one-entry hash table.
-
-    It needs no initializer (scripts that run only ``global_variables_initializer`` work) and by
-    default is not written into checkpoints: a checkpoint written on the device by Ascend's
-    optimizer, which has no such counter, restores with a plain name-based Saver into a graph that
-    has ours. With ``checkpoint=True`` (opt-in) the table is saved, under the checkpoint keys
-    ``<name>_table-keys`` and ``<name>_table-values``.
-    """
-
-    def __init__(self, name, checkpoint=False):
-        with tf.device("/device:CPU:0"):
-            self._table = MutableHashTable(
-                key_dtype=tf.int64, value_dtype=tf.int64, default_value=0, checkpoint=checkpoint,
-                name=name + "_table")
-        self.name = name
-        self.table = self._table
-
-    def read(self, name=None):
-        with tf.device("/device:CPU:0"):
-            return tf.identity(self._table.lookup(tf.constant([0], tf.int64))[0], name=name)
-
-    def add(self, delta):
-        """Op-returning tensor: the count after adding ``delta`` (int64 scalar)."""
-        with tf.device("/device:CPU:0"):
-            value = self.read() + tf.cast(delta, tf.int64)
-            insert = self._table.insert(tf.constant([0], tf.int64), tf.reshape(value, [1]))
-            with tf.control_dependencies([insert]):
-                return tf.identity(value)
 
 
 class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
@@ -293,7 +249,7 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         return self._per_graph.get(self._build_state)
 
     def _build_state(self):
-        skipped = _Counter("skipped_steps", checkpoint=self._checkpoint_skipped)
+        skipped = Counter("skipped_steps", checkpoint=self._checkpoint_skipped)
         in_graph = _graphs.outermost_graph() is not None
         state = {"skipped_steps": skipped, "finite": None, "report": None, "accumulators": {},
                  "skipped_read": skipped.read(name="skipped_steps") if in_graph else None,
@@ -315,77 +271,8 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         return children
 
     def _observed_attr(self):
+        """The graph attribute holding this optimizer's marks (see :mod:`._observed`)."""
         return self._per_graph._attr + "_observed"  # pylint: disable=protected-access
-
-    @staticmethod
-    def _var_key(var):
-        return variable_key(var)
-
-    def _mark_observed(self, grads_and_vars, check):
-        """Remembers, in the graph being built, that these gradients were checked in scaled form
-        (``check``: (tensor the read waits for or None, their overflow flag or None when the
-        register covers them))."""
-        if tf.executing_eagerly():
-            return
-        graph = tf.compat.v1.get_default_graph()
-        attr = self._observed_attr()
-        marks = getattr(graph, attr, None)
-        if marks is None:
-            marks = {}
-            setattr(graph, attr, marks)
-        for grad, var in grads_and_vars:
-            values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
-            marks[self._var_key(var)] = (check, values)
-
-    def _split_observed(self, grads_and_vars):
-        """(flags of observed gradients, tensors to wait for, gradients nothing checked yet).
-
-        A gradient counts as checked when ``compute_gradients`` of this optimizer produced the
-        gradient of its variable in the current graph (or a graph around it): clipping or other
-        processing between ``compute_gradients`` and ``apply_gradients`` costs no second pass.
-        """
-        marks = {}
-        if not tf.executing_eagerly():
-            chain, graph = [], tf.compat.v1.get_default_graph()
-            while graph is not None:
-                chain.append(graph)
-                graph = getattr(graph, "outer_graph", None)
-            for graph in reversed(chain):
-                marks.update(getattr(graph, self._observed_attr(), {}))
-        flags, waits, unchecked, seen = [], [], [], set()
-        pending = []
-        for g, v in grads_and_vars:
-            if g is None:
-                continue
-            mark = marks.get(self._var_key(v))
-            values = g.values if isinstance(g, tf.IndexedSlices) else g
-            if mark is None:
-                unchecked.append(g)
-            elif mark[1] is values:
-                self._use_check(mark[0], flags, waits, seen)
-            else:
-                pending.append((g, mark))
-        if pending:
-            # Gradients computed from the checked ones (clipped, scaled...) in this run are
-            # covered; anything else (say an accumulator variable) is checked at the read.
-            reached = _reached(
-                [g.values if isinstance(g, tf.IndexedSlices) else g for g, _ in pending],
-                {id(mark[1]) for _, mark in pending})
-            for g, mark in pending:
-                if id(mark[1]) in reached:
-                    self._use_check(mark[0], flags, waits, seen)
-                else:
-                    unchecked.append(g)
-        return flags, waits, unchecked
-
-    @staticmethod
-    def _use_check(check, flags, waits, seen):
-        if id(check) in seen:
-            return
-        seen.add(id(check))
-        wait, flag = check
-        flags += [flag] if flag is not None else []
-        waits += [wait] if wait is not None else []
 
     # -- gradients ----------------------------------------------------------------------------
     def _doing_dynamic_loss_scaling(self):
@@ -432,8 +319,9 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         reciprocal = Reciprocal.of(self._loss_scale())
         wait, flag = self._detector.observe_scaled_gradients(grads, readers, reciprocal)
         unscaled = self._unscale_after(grads, readers, reciprocal)
-        self._mark_observed([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
-                             if g is not None], (wait, flag))
+        _observed.mark(self._observed_attr(), [(g, v) for g, (_, v) in
+                                               zip(unscaled, grads_and_vars) if g is not None],
+                       (wait, flag))
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
     def _unscale_grads(self, grads):
@@ -518,7 +406,7 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
     def _replica_status(self, grads_and_vars, reader, observed):
         grads = [g for g, _ in grads_and_vars if g is not None]
         if observed:
-            flags, waits, unchecked = self._split_observed(grads_and_vars)
+            flags, waits, unchecked = _observed.split(self._observed_attr(), grads_and_vars)
         else:
             flags, waits, unchecked = [], [], grads
         return self._detector.read_status(unchecked, reader=reader, known_flags=flags,
@@ -607,11 +495,31 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         self._prepare_inner(grads_and_vars)
         self._warn_if_blind()
         if self._accumulation_steps > 1:
-            return self._accumulating_apply(distribution, grads_and_vars, global_step, name,
-                                            state)
-        status, end_ops = self._read_and_agree(distribution, grads_and_vars, state, True)
-        finite = tf.reduce_all(tf.equal(status, 0.0), name=FINITE_OP_NAME)
-        state["finite"] = finite
+            finite, report = _accumulation.accumulating_apply(
+                self, distribution, grads_and_vars, global_step, name, state)
+            finite = tf.identity(finite, name=FINITE_OP_NAME)
+            report["finite"] = finite if self._check_overflow else None
+            state["finite"] = finite
+            ops = [finite]
+        else:
+            status, end_ops = self._read_and_agree(distribution, grads_and_vars, state, True)
+            finite = tf.reduce_all(tf.equal(status, 0.0), name=FINITE_OP_NAME)
+            state["finite"] = finite
+            maybe_apply, ops, report = self._skip_or_apply(
+                distribution, finite, grads_and_vars, global_step, name, state)
+            ops = [maybe_apply] + ops + end_ops
+        state["report"] = report
+        if self._summaries:
+            self._add_summaries(report["loss_scale"], report["skipped_steps"],
+                                tf.logical_not(finite))
+        return tf.group(*ops, name=name)
+
+    def _skip_or_apply(self, distribution, finite, grads_and_vars, global_step, name, state):
+        """The skip decision, the one place it is written: the manager update and the skipped
+        count always run; the inner optimizer applies ``grads_and_vars`` only when ``finite``.
+
+        Returns (the conditional apply, the bookkeeping ops, the step report).
+        """
         before = []
         ops, report = self._bookkeeping(state, finite, global_step, before)
 
@@ -625,86 +533,7 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
 
         with tf.control_dependencies(before):
             maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
-        state["report"] = report
-        if self._summaries:
-            self._add_summaries(report["loss_scale"], report["skipped_steps"],
-                                tf.logical_not(finite))
-        return tf.group(maybe_apply, *ops, *end_ops, name=name)
-
-    # -- accumulation -------------------------------------------------------------------------
-    def _accumulator(self, state, var):
-        key = variable_key(var)
-        acc = state["accumulators"].get(key)
-        if acc is None:
-            dtype = tf.float64 if var.dtype.base_dtype == tf.float64 else tf.float32
-            graph = _graphs.outermost_graph()
-            with _graphs.outer_scope(graph):
-                if graph is None:
-                    acc = Variable(tf.zeros(var.shape, dtype), trainable=False,
-                                   name="accumulator")
-                else:
-                    with graph.name_scope(None):
-                        acc = Variable(tf.zeros(var.shape, dtype), trainable=False,
-                                       name=var.op.name + "/accumulator")
-            state["accumulators"][key] = acc
-        return acc
-
-    def _accumulating_apply(self, distribution, grads_and_vars, global_step, name, state):
-        n = self._accumulation_steps
-        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
-        accs = [self._accumulator(state, v) for _, v in pairs]
-        adds = []
-        for (g, _), acc in zip(pairs, accs):
-            if isinstance(g, tf.IndexedSlices):
-                adds.append(acc.scatter_add(tf.IndexedSlices(
-                    tf.cast(g.values, acc.dtype), g.indices, g.dense_shape)))
-            else:
-                adds.append(acc.assign_add(tf.cast(g, acc.dtype)))
-        micro = state["micro_step"]
-        skipped = state["skipped_steps"]
-        with tf.control_dependencies(adds):
-            step = tf.identity(micro.assign_add(1))
-        boundary = step >= n
-
-        def decide():
-            totals = [tf.identity(acc.read_value()) for acc in accs]
-            if self._check_overflow:
-                status, end_ops = self._read_and_agree(
-                    distribution, [(t, v) for t, (_, v) in zip(totals, pairs)], state, False)
-                finite = tf.reduce_all(tf.equal(status, 0.0))
-            else:
-                finite, end_ops = tf.constant(True), []
-            before = []
-            ops, report = self._bookkeeping(state, finite, global_step, before)
-            means = [(tf.cast(t / n, v.dtype.base_dtype), v) for t, (_, v) in zip(totals, pairs)]
-
-            def apply_fn():
-                with tf.control_dependencies(before):    # as in _distributed_apply
-                    return self._apply_gradients(distribution, means, global_step,
-                                                 name + "-wrapped")
-
-            with tf.control_dependencies(before):
-                maybe_apply = tf.cond(finite, apply_fn, tf.no_op)
-            with tf.control_dependencies([maybe_apply] + totals):
-                restart = [acc.assign(tf.zeros_like(acc)) for acc in accs]
-                restart.append(micro.assign(0))
-            with tf.control_dependencies([maybe_apply] + ops + end_ops + restart):
-                return (tf.identity(finite), tf.identity(report["loss_scale"]),
-                        tf.identity(report["skipped_steps"]))
-
-        def wait():
-            return (tf.constant(True), tf.identity(self._manager.get_loss_scale()),
-                    skipped.read())
-
-        finite, scale, skipped_now = tf.cond(boundary, decide, wait)
-        finite = tf.identity(finite, name=FINITE_OP_NAME)
-        state["finite"] = finite
-        state["report"] = {"loss_scale": scale, "next_loss_scale": None,
-                           "finite": finite if self._check_overflow else None,
-                           "skipped_steps": skipped_now, "global_step": None}
-        if self._summaries:
-            self._add_summaries(scale, skipped_now, tf.logical_not(finite))
-        return tf.group(finite, name=name)
+        return maybe_apply, ops, report
 
     @staticmethod
     def _warn_stuck(scale):

@@ -49,6 +49,7 @@ import weakref
 import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale._internal import graphs as _graphs
 from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale._internal.compat.variables import Variable, key as variable_key
 from npu_loss_scale.scaling.megatron import ConstantGradScaler
@@ -57,12 +58,6 @@ from npu_loss_scale.scaling.managers import LossScaleManager
 
 _LOW_PRECISION = (tf.float16, tf.bfloat16)
 MAIN_PARAM_SUFFIX = "fp32_main"
-
-
-def _graph_key():
-    """The outermost graph (None when eager): tf.cond branches are FuncGraphs of their own."""
-    with tf.init_scope():
-        return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
 
 
 def _values(grad):
@@ -138,8 +133,7 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
         # optimizer, and would adopt this object's dependency lists as its own if they already
         # existed while it initialises (it then fails on a duplicate "base_optimizer").
         self._base_tracked = False
-        self._mains = weakref.WeakKeyDictionary()   # graph -> {var ref: (var, main)}
-        self._eager_mains = {}
+        self._mains = _graphs.PerGraph("main_params")   # per graph: {var ref: (var, main)}
 
     @property
     def inner_optimizer(self):
@@ -156,13 +150,8 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
 
     # -- main parameters --------------------------------------------------------------------
     def _main_table(self):
-        key = _graph_key()
-        if key is None:
-            return self._eager_mains
-        table = self._mains.get(key)
-        if table is None:
-            table = self._mains[key] = {}
-        return table
+        """``{variable key: (model variable, main copy)}`` of the current outermost graph."""
+        return self._mains.get(dict)
 
     def main_params(self):
         """``[(model_variable, float32 main copy)]`` in the current graph."""

@@ -43,7 +43,6 @@ Example (formulas only)::
     s.get_lr({}), s.get_lr({"max_lr": 2.0}), s.get_wd({})     # 0.55, 1.05, 0.06
 """
 import numbers
-import weakref
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale.schedules import formulas
@@ -148,7 +147,7 @@ class OptimizerParamScheduler:
             "lr_wsd_decay_style", lr_wsd_decay_style, formulas.WSD_DECAY_STYLES)
         self._check_consistency("")
         self.num_steps = 0
-        self._graph_state = weakref.WeakKeyDictionary()
+        self._graph_state = None     # a PerGraph, made on first graph use (TensorFlow lazily)
         if optimizer is not None:
             attach = getattr(optimizer, "_attach_scheduler", None)
             if attach is not None:
@@ -344,11 +343,13 @@ class OptimizerParamScheduler:
         if tf.executing_eagerly():
             raise RuntimeError("OptimizerParamScheduler's graph variables exist in graph mode "
                                "only; in eager mode drive it with step() and save state_dict()")
-        with tf.init_scope():   # inside a cond/while branch: the graph that owns variables
-            graph = tf.compat.v1.get_default_graph()
-        variables = self._graph_state.get(graph)
-        if variables is None:
-            variables = {}
+        if self._graph_state is None:
+            from npu_loss_scale._internal import graphs  # pylint: disable=import-outside-toplevel
+            self._graph_state = graphs.PerGraph("opt_param_scheduler")
+        # The outermost graph's (a cond/while branch shares it), created once per graph.
+        variables = self._graph_state.get(dict)
+        if not variables:
+            made = {}
             with tf.init_scope(), tf.control_dependencies(None), \
                     tf.name_scope("opt_param_scheduler"):
                 for key, value in self.state_dict().items():
@@ -358,10 +359,10 @@ class OptimizerParamScheduler:
                         dtype = tf.string
                     else:
                         dtype = tf.int64
-                    variables[key] = tf.compat.v1.Variable(
+                    made[key] = tf.compat.v1.Variable(
                         tf.constant(value, dtype), name=key, trainable=False, use_resource=True,
                         collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
-            self._graph_state[graph] = variables
+            variables.update(made)      # all or none: a failed creation is tried again
         return variables
 
     def variables(self):
