@@ -47,13 +47,15 @@ import threading
 import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale._internal.gradients import floating_values
 from npu_loss_scale._internal.probe import (  # noqa: F401  (public here too)
     BACKEND_NAMES, ENV_VAR, SHIM_MARKER, active_device_plugin, get_backend_name, is_shim,
     npu_bridge_available, npu_bridge_gen_ops, npu_is_inf_nan_enabled, npu_plugin_module)
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale.device import localisation
 
-_as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
+_as_is = _graphs.as_is
 
 
 class Unscaled:  # pylint: disable=too-few-public-methods
@@ -86,7 +88,7 @@ def nonfinite_flag(grads, readers=None, reciprocal=None):
         from npu_loss_scale._internal import kernels as _kernels  # pylint: disable=import-outside-toplevel
         fused = _kernels.load_unscale_check()
     sums = []
-    for values in emulation.floating_values(grads):
+    for values in floating_values(grads):
         key = id(values)
         if fused is not None and values.dtype.name in _kernels.FUSED_DTYPES:
             unscaled, check = fused.nls_unscale_and_check(values, reciprocal.factors)
