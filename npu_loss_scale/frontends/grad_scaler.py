@@ -429,12 +429,15 @@ class GradScaler(_state_io.StagedChildren, tf.Module):
             return [g for g, _ in grads], [v for _, v in grads], True
         return grads, None, False
 
-    def _read_register(self, iteration, after=()):
+    def _read_register(self, iteration, step=None, after=()):
         """The iteration's register flag: read (and cleared) at the first call, then kept and
-        OR-ed with anything recorded since (later reads), as the register is sticky."""
-        if not self._check.uses_register():
+        OR-ed with anything recorded since (later reads), as the register is sticky. ``step``:
+        the :class:`~npu_loss_scale.detection.step.StepCheck` reading (a new one by default:
+        the optimizer thread's ``submit`` reads before any gradient is unscaled)."""
+        step = self._check.start() if step is None else step
+        if not step.uses_register():
             return None
-        fresh = self._check.read_and_clear_register(after)
+        fresh = step.end(step.read(after))
         if iteration.register is None or not _same_context(iteration.register):
             iteration.register = fresh
         else:
@@ -465,22 +468,24 @@ class GradScaler(_state_io.StagedChildren, tf.Module):
     def _unscale(self, iteration, state, grads):
         gradients, variables, pairs = self._split(grads)
         inv_scale = Reciprocal.of(self._scale_tensor())   # exact at every scale
+        step = self._check.start()
         if not self._async():
-            register = self._read_register(iteration, after=_flat_tensors(gradients))
+            register = self._read_register(iteration, step, after=_flat_tensors(gradients))
         elif not self._on_optimizer_thread() and iteration.register is None:
             # Optimizer-thread mode, main thread (unscale_ before clipping, say): read the
             # register now, once for the iteration; submit() reuses this read.
-            register = self._read_register(iteration, after=_flat_tensors(gradients))
+            register = self._read_register(iteration, step, after=_flat_tensors(gradients))
         else:
             # Optimizer-thread mode: the register was read for this iteration already (by
             # submit() or by a main-thread unscale_()); it is never read twice.
             register = iteration.register
-        unscaled, bad = self._check.check_and_unscale(gradients, inv_scale)
+        unscaled, bad = step.check_and_unscale(gradients, inv_scale)
         # torch checks the unscaled gradients: a finite scaled gradient can still become inf
         # when unscaled (a large gradient at a scale below 1).
-        bad = bad + self._check.count_bad(unscaled)
+        bad = bad + step.count_nonfinite(unscaled)
         found = bad if register is None else bad + register
-        state["found_inf"] = self._check.agree(tf.cast(found > 0, tf.float32))
+        state["found_inf"] = step.agree(tf.cast(found > 0, tf.float32))
+        state["check"] = step
         state["stage"] = OptState.UNSCALED
         if pairs:
             return list(zip(unscaled, variables))
