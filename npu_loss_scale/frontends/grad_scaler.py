@@ -485,7 +485,6 @@ class GradScaler(_state_io.StagedChildren, tf.Module):
         bad = bad + step.count_nonfinite(unscaled)
         found = bad if register is None else bad + register
         state["found_inf"] = step.agree(tf.cast(found > 0, tf.float32))
-        state["check"] = step
         state["stage"] = OptState.UNSCALED
         if pairs:
             return list(zip(unscaled, variables))
