@@ -63,6 +63,7 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import state_io as _state_io
+from npu_loss_scale._internal.gradients import floating_values, values_of
 from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
 from npu_loss_scale.scaling.unscale import Reciprocal
@@ -151,18 +152,18 @@ class _HandedOut:
         """Raises RuntimeError when a gradient was computed from the scaled gradients."""
         self.stop_recording()
         suspects = [(g, v) for g, v in grads_and_vars
-                    if g is not None and _values(g).dtype.is_floating]
+                    if g is not None and values_of(g).dtype.is_floating]
         if self.tape is None:
             if tf.executing_eagerly():
                 return     # unscale_() was traced, step() is eager: update() refuses the mix
             safe = {t.ref() for t in self.unscaled}
-            offenders = [v for g, v in suspects if self._graph_reaches_scaled(_values(g), safe)]
+            offenders = [v for g, v in suspects if self._graph_reaches_scaled(values_of(g), safe)]
         elif self.tape._recording:  # pylint: disable=protected-access
             raise RuntimeError("step() after unscale_() on another thread: call "
                                "OptimizerThread.submit() (or step()) on the thread that called "
                                "unscale_() first")
-        elif self._tape_reaches_scaled([_values(g) for g, _ in suspects]):   # one pass first
-            offenders = [v for g, v in suspects if self._tape_reaches_scaled([_values(g)])]
+        elif self._tape_reaches_scaled([values_of(g) for g, _ in suspects]):   # one pass first
+            offenders = [v for g, v in suspects if self._tape_reaches_scaled([values_of(g)])]
         else:
             offenders = []
         if offenders:
@@ -787,28 +788,14 @@ def _same_context(tensor):
     return (not eager_now) and graph is tf.compat.v1.get_default_graph()
 
 
-def _values(grad):
-    return grad.values if isinstance(grad, tf.IndexedSlices) else tf.convert_to_tensor(grad)
-
-
 def _floating_values(grads):
     """The floating value tensors of a list of gradients or of (gradient, variable) pairs."""
-    out = []
-    for g in grads:
-        if isinstance(g, tuple) and len(g) == 2:
-            g = g[0]
-        if g is not None and _values(g).dtype.is_floating:
-            out.append(_values(g))
-    return out
+    return floating_values([g[0] if isinstance(g, tuple) and len(g) == 2 else g for g in grads])
 
 
 def _flat_tensors(grads):
-    out = []
-    for g in grads:
-        if g is None:
-            continue
-        out.append(g.values if isinstance(g, tf.IndexedSlices) else g)
-    return out
+    """The value tensors of the gradients (None entries skipped): what a register read waits for."""
+    return [values_of(g) for g in grads if g is not None]
 
 
 def _build_optimizer(optimizer, variables):
