@@ -22,6 +22,11 @@ import weakref
 
 import tensorflow as tf
 
+# Functions that build ops run as written when called from code AutoGraph converts (a
+# tf.distribute replica function, a tf.function): converting them would gain nothing. The package
+# marks them with this decorator.
+as_is = tf.autograph.experimental.do_not_convert
+
 _ids = itertools.count()
 _lock = threading.RLock()
 

@@ -13,8 +13,9 @@ import threading
 import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
+from npu_loss_scale._internal import graphs as _graphs
 
-_as_is = tf.autograph.experimental.do_not_convert  # see emulation._as_is
+_as_is = _graphs.as_is
 
 ENV_VAR = "NPU_LOSS_SCALE_BACKEND"
 """The environment variable naming the detection backend where no ``backend=`` argument does

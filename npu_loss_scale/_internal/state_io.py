@@ -21,6 +21,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from npu_loss_scale._internal import graphs as _graphs
 from npu_loss_scale._internal.compat import tracking
 
 _CACHE_ATTR = "_npu_loss_scale_state_io_cache"
@@ -192,7 +193,7 @@ def _element_count(value):
     return tf.shape(tf.where(tf.logical_or(finite, tf.logical_not(finite))))[0]
 
 
-@tf.autograph.experimental.do_not_convert   # graph building only: nothing to convert
+@_graphs.as_is   # graph building only: nothing to convert
 def restored_state_check(owner_name, named, limits=None):
     """An op that raises ``tf.errors.InvalidArgumentError`` when a state variable holds what its
     owner can never reach: a NaN, inf or out-of-range value, or a shape other than a scalar.

@@ -97,7 +97,7 @@ _lock = threading.RLock()
 _SCRATCH = -1                     # key of writes with nothing to note
 _BACKWARD_SCOPE = re.compile(r"(^|/)(gradients(_\d+)?|gradient_tape)/")
 
-_as_is = tf.autograph.experimental.do_not_convert
+_as_is = _graphs.as_is
 
 
 # -- public record types ---------------------------------------------------------------------------

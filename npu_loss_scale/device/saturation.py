@@ -51,7 +51,9 @@ import threading
 
 import tensorflow as tf
 
+from npu_loss_scale.device import ieee_sites
 from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import saturate as saturate_lib
 
 DEFAULT_DTYPES = ("float16",)
 
@@ -128,12 +130,12 @@ class _EveryOpCallback:
             return None  # eager execution (values cannot be replaced there) or a data move
         if not any(t.dtype in self.dtypes for t in outputs):
             return None
-        if emulation.building_internals():
+        if saturate_lib.building_internals():
             return None   # the ops of a gradient's own saturation
         if _active():
-            apply = emulation._saturate  # pylint: disable=protected-access
+            apply = saturate_lib._saturate  # pylint: disable=protected-access
         elif emulation._localising_ieee():  # pylint: disable=protected-access
-            apply = emulation._note_ieee  # INF/NaN mode: values kept, sites noted  pylint: disable=protected-access
+            apply = ieee_sites.note_ieee  # INF/NaN mode: values kept, sites noted
         else:
             return None   # not saturating now
         replaced = []

@@ -63,6 +63,8 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import state_io as _state_io
+from npu_loss_scale._internal.gradients import floating_values, values_of
+from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
 from npu_loss_scale.scaling.unscale import Reciprocal
@@ -151,18 +153,18 @@ class _HandedOut:
         """Raises RuntimeError when a gradient was computed from the scaled gradients."""
         self.stop_recording()
         suspects = [(g, v) for g, v in grads_and_vars
-                    if g is not None and _values(g).dtype.is_floating]
+                    if g is not None and values_of(g).dtype.is_floating]
         if self.tape is None:
             if tf.executing_eagerly():
                 return     # unscale_() was traced, step() is eager: update() refuses the mix
             safe = {t.ref() for t in self.unscaled}
-            offenders = [v for g, v in suspects if self._graph_reaches_scaled(_values(g), safe)]
+            offenders = [v for g, v in suspects if self._graph_reaches_scaled(values_of(g), safe)]
         elif self.tape._recording:  # pylint: disable=protected-access
             raise RuntimeError("step() after unscale_() on another thread: call "
                                "OptimizerThread.submit() (or step()) on the thread that called "
                                "unscale_() first")
-        elif self._tape_reaches_scaled([_values(g) for g, _ in suspects]):   # one pass first
-            offenders = [v for g, v in suspects if self._tape_reaches_scaled([_values(g)])]
+        elif self._tape_reaches_scaled([values_of(g) for g, _ in suspects]):   # one pass first
+            offenders = [v for g, v in suspects if self._tape_reaches_scaled([values_of(g)])]
         else:
             offenders = []
         if offenders:
@@ -429,12 +431,15 @@ class GradScaler(_state_io.StagedChildren, tf.Module):
             return [g for g, _ in grads], [v for _, v in grads], True
         return grads, None, False
 
-    def _read_register(self, iteration, after=()):
+    def _read_register(self, iteration, step=None, after=()):
         """The iteration's register flag: read (and cleared) at the first call, then kept and
-        OR-ed with anything recorded since (later reads), as the register is sticky."""
-        if not self._check.uses_register():
+        OR-ed with anything recorded since (later reads), as the register is sticky. ``step``:
+        the :class:`~npu_loss_scale.detection.step.StepCheck` reading (a new one by default:
+        the optimizer thread's ``submit`` reads before any gradient is unscaled)."""
+        step = self._check.start() if step is None else step
+        if not step.uses_register():
             return None
-        fresh = self._check.read_and_clear_register(after)
+        fresh = step.end(step.read(after))
         if iteration.register is None or not _same_context(iteration.register):
             iteration.register = fresh
         else:
@@ -465,22 +470,23 @@ class GradScaler(_state_io.StagedChildren, tf.Module):
     def _unscale(self, iteration, state, grads):
         gradients, variables, pairs = self._split(grads)
         inv_scale = Reciprocal.of(self._scale_tensor())   # exact at every scale
+        step = self._check.start()
         if not self._async():
-            register = self._read_register(iteration, after=_flat_tensors(gradients))
+            register = self._read_register(iteration, step, after=_flat_tensors(gradients))
         elif not self._on_optimizer_thread() and iteration.register is None:
             # Optimizer-thread mode, main thread (unscale_ before clipping, say): read the
             # register now, once for the iteration; submit() reuses this read.
-            register = self._read_register(iteration, after=_flat_tensors(gradients))
+            register = self._read_register(iteration, step, after=_flat_tensors(gradients))
         else:
             # Optimizer-thread mode: the register was read for this iteration already (by
             # submit() or by a main-thread unscale_()); it is never read twice.
             register = iteration.register
-        unscaled, bad = self._check.check_and_unscale(gradients, inv_scale)
+        unscaled, bad = step.check_and_unscale(gradients, inv_scale)
         # torch checks the unscaled gradients: a finite scaled gradient can still become inf
         # when unscaled (a large gradient at a scale below 1).
-        bad = bad + self._check.count_bad(unscaled)
+        bad = bad + step.count_nonfinite(unscaled)
         found = bad if register is None else bad + register
-        state["found_inf"] = self._check.agree(tf.cast(found > 0, tf.float32))
+        state["found_inf"] = step.agree(tf.cast(found > 0, tf.float32))
         state["stage"] = OptState.UNSCALED
         if pairs:
             return list(zip(unscaled, variables))
@@ -779,28 +785,14 @@ def _same_context(tensor):
     return (not eager_now) and graph is tf.compat.v1.get_default_graph()
 
 
-def _values(grad):
-    return grad.values if isinstance(grad, tf.IndexedSlices) else tf.convert_to_tensor(grad)
-
-
 def _floating_values(grads):
     """The floating value tensors of a list of gradients or of (gradient, variable) pairs."""
-    out = []
-    for g in grads:
-        if isinstance(g, tuple) and len(g) == 2:
-            g = g[0]
-        if g is not None and _values(g).dtype.is_floating:
-            out.append(_values(g))
-    return out
+    return floating_values([g[0] if isinstance(g, tuple) and len(g) == 2 else g for g in grads])
 
 
 def _flat_tensors(grads):
-    out = []
-    for g in grads:
-        if g is None:
-            continue
-        out.append(g.values if isinstance(g, tf.IndexedSlices) else g)
-    return out
+    """The value tensors of the gradients (None entries skipped): what a register read waits for."""
+    return [values_of(g) for g in grads if g is not None]
 
 
 def _build_optimizer(optimizer, variables):

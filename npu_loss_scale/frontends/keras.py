@@ -190,9 +190,9 @@ def _build_keras3():
             # First of the step: a restored impossible scale or counter is refused.
             check = _state_check("dynamic_scale", self.dynamic_scale, "step_counter",
                                  self.step_counter)
-            register = self._npu_check.read_and_clear_register(
-                [g for g in grads if g is not None])
-            _, bad = self._npu_check.check_and_unscale(list(grads), tf.constant(1.0))
+            step = self._npu_check.start()
+            register = step.end(step.read([g for g in grads if g is not None]))
+            bad = step.count_overflowed(list(grads))
             found = tf.cast(bad + register > 0, tf.float32)
             # Under a tf.distribute strategy Keras calls this once per replica and keeps the
             # first replica's answer; each replica (device) has its own register, so the flag is
@@ -200,7 +200,7 @@ def _build_keras3():
             if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
                 found = tf.distribute.get_replica_context().all_reduce(
                     tf.distribute.ReduceOp.SUM, found)
-            found = self._npu_check.agree(found)
+            found = step.agree(found)
             with tf.control_dependencies([check]):
                 finite = tf.equal(found, 0.0)
             self.last_step_finite.assign(finite)
@@ -269,10 +269,10 @@ def _build_keras2():
         def _staged_state(self):
             return self.__dict__.get("_npu_staged")
 
-        def _replica_status(self, grads):
+        def _replica_status(self, grads, step):
             # Keras 2 hands over unscaled gradients: the register, and inf/NaN in the values.
-            register = self._npu_check.read_and_clear_register(grads)
-            bad = self._npu_check.count_bad(grads)
+            register = step.end(step.read(grads))
+            bad = step.count_nonfinite(grads)
             return tf.reshape(tf.cast(bad + register > 0, tf.float32), [1])
 
         def update(self, grads):
@@ -280,14 +280,15 @@ def _build_keras2():
             check = _state_check("current_loss_scale", self.current_loss_scale, "good_steps",
                                  self.counter)
             grads = [g for g in tf.nest.flatten(grads) if g is not None]
+            step = self._npu_check.start()
             if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
                 distribution = tf.distribute.get_strategy()
                 per_replica = distribution.extended.call_for_each_replica(
-                    self._replica_status, args=(grads,))
+                    self._replica_status, args=(grads, step))
                 status = distribution.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
             else:
-                status = self._replica_status(grads)
-            found = self._npu_check.agree(tf.reshape(status, []))
+                status = self._replica_status(grads, step)
+            found = step.agree(tf.reshape(status, []))
             with tf.control_dependencies([check]):
                 finite = tf.equal(found, 0.0)
             record = self._last_step_finite.assign(finite)

@@ -31,6 +31,7 @@ import tensorflow as tf
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import graphs as _graphs
 from npu_loss_scale._internal import state_io as _state_io
+from npu_loss_scale._internal import gradients as _gradients
 from npu_loss_scale._internal.compat.loss_scale_optimizer import MANAGER_BASES
 from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale._internal.compat.variables import Variable
@@ -112,11 +113,7 @@ class LossScaleManager(_state_io.StagedChildren, *MANAGER_BASES, metaclass=abc.A
         return self.get_loss_scale()
 
     def update(self, grads):
-        flat = [g for g in tf.nest.flatten(grads) if g is not None]
-        finite = tf.constant(True)
-        for g in flat:
-            values = g.values if isinstance(g, tf.IndexedSlices) else g
-            finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(values)))
+        finite = _gradients.all_finite(tf.nest.flatten(grads))
         return self.update_loss_scale(finite), finite
 
     # -- helpers for subclasses ---------------------------------------------------------------

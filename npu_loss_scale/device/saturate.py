@@ -1,0 +1,149 @@
+"""Saturation-mode arithmetic: what an Atlas training device does to an overflowing value.
+
+In saturation mode an overflowing result becomes the extreme value of its dtype (±65504 for
+float16, ±3.4028235e38 for float32) and NaN becomes 0; the event sets the float-status register
+(:mod:`npu_loss_scale.device.float_status`). :func:`_saturate` applies that to a tensor on the
+forward pass and to the gradient flowing back through it, whatever the overflow mode and backend;
+the public :func:`npu_loss_scale.device.register.saturate` decides whether it applies.
+"""
+import threading
+
+import tensorflow as tf
+
+from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale._internal.compat import tape
+from npu_loss_scale._internal.compat.ops import where
+from npu_loss_scale.device import float_status
+from npu_loss_scale.device import localisation
+
+as_is = _graphs.as_is
+
+
+def _saturate_values(x):
+    """(saturated x, overflowed?, nan seen?) for a floating tensor, in saturation mode.
+
+    A value of the tensor's own dtype that overflowed is ±inf, so clipping to ±MAX maps exactly
+    the overflowed values (and nothing else) to ±MAX.
+    """
+    big = tf.constant(x.dtype.max, x.dtype)
+    nan = tf.math.is_nan(x)
+    y = tf.clip_by_value(where(nan, tf.zeros_like(x), x), -big, big)
+    return y, tf.reduce_any(tf.math.is_inf(x)), tf.reduce_any(nan)
+
+
+def check_floating(name, x):
+    """Refuses a tensor ``x`` (the argument ``name``) that is not floating-point."""
+    if not x.dtype.is_floating:
+        raise TypeError("%s must be a floating-point tensor (float16, bfloat16, float32 or "
+                        "float64); got dtype %s" % (name, x.dtype.name))
+
+
+def rounding_source(x, source=None):
+    """``source`` if given, else the wider floating value a rounding cast made ``x`` from (the
+    magnitude localisation reports), else None."""
+    if source is None and x.op.type == "Cast" and x.op.inputs[0].dtype.is_floating \
+            and x.op.inputs[0].dtype.size > x.dtype.size:
+        return x.op.inputs[0]
+    return source
+
+
+@as_is
+def _saturate(x, name=None, site=None, source=None):
+    """Saturation regardless of mode and backend (the arithmetic of a device in saturation mode).
+
+    ``site``: the op name overflow localisation reports for this saturation (default: ``x``'s
+    op); ``source``: the value before rounding to ``x``'s dtype, whose magnitude localisation
+    reports (default ``x``). Both only matter with localisation on.
+    """
+    with tf.name_scope(name or "saturate"):
+        return _saturate_with_grad(x, site, source)
+
+
+_internal = threading.local()
+
+
+def building_internals():
+    """True while the saturation of a gradient is being built in this thread: its own ops
+    (clipping constants, selects) are not ops of the model, and
+    :func:`~npu_loss_scale.device.saturation.saturate_every_op` leaves them alone."""
+    return getattr(_internal, "depth", 0) > 0
+
+
+def on_gradient(dy, site, build):
+    """``build(dense dy, site)`` for a gradient (None kept; an IndexedSlices' values), with the
+    ops it makes marked as internals (see :func:`building_internals`)."""
+    if dy is None:
+        return None
+    if isinstance(dy, tf.IndexedSlices):
+        return tf.IndexedSlices(on_gradient(dy.values, site, build), dy.indices, dy.dense_shape)
+    dy = tf.convert_to_tensor(dy)
+    depth = getattr(_internal, "depth", 0)
+    _internal.depth = depth + 1
+    try:
+        return build(dy, site)
+    finally:
+        _internal.depth = depth
+
+
+def _saturate_dense_gradient(dy, site):
+    dy_sat, over, nan = _saturate_values(dy)
+    deps = [float_status.record(over, nan)]
+    if localisation.enabled() and not tf.executing_eagerly():
+        deps.append(localisation.note_site(dy, over, nan, op_name=site or dy.op.name,
+                                           direction="backward", dtype=dy.dtype))
+    with tf.control_dependencies(deps):
+        return tf.identity(dy_sat)
+
+
+def _saturate_gradient(dy, site=None):
+    return on_gradient(dy, site, _saturate_dense_gradient)
+
+
+# One gradient function for every saturate() in every graph, registered once. (tf.custom_gradient
+# registers a new one per call in graph mode, and TensorFlow's registry keeps each alive for
+# ever, with the graph it closes over.) The forward pass builds IdentityN([y, x]) under a gradient
+# override: output 0 is the saturated value, and the gradient reaching it goes to x, saturated.
+_GRADIENT_NAME = "NpuLossScaleSaturate"
+
+
+def _backward(dy, unused_dx=None, site=None):  # pylint: disable=unused-argument
+    return [None, _saturate_gradient(dy, site)]
+
+
+@tf.RegisterGradient(_GRADIENT_NAME)
+def _saturate_registered_gradient(op, dy, dx):  # pylint: disable=unused-argument
+    return _backward(dy, site=op.inputs[1].op.name if localisation.enabled() else None)
+
+
+def _record_on_tape(outputs, inputs, site):
+    tape.record_operation("NpuLossScaleSaturate", outputs, inputs,
+                          lambda dy, dx=None: _backward(dy, dx, site))
+
+
+def _saturate_with_grad(x, site=None, source=None):
+    y, over, nan = _saturate_values(x)
+    deps = [float_status.record(over, nan)]
+    if localisation.enabled() and not tf.executing_eagerly():
+        source = rounding_source(x, source)
+        site = site or (x.op.name if source is None else source.op.name)
+        deps.append(localisation.note_site(x if source is None else source, over, nan,
+                                           op_name=site, dtype=x.dtype))
+    with tf.control_dependencies(deps):
+        y = tf.identity(y)
+    if tf.executing_eagerly():
+        return _eager_saturate(x, y)
+    graph = tf.compat.v1.get_default_graph()
+    with graph.gradient_override_map({"IdentityN": _GRADIENT_NAME}):
+        out = tf.raw_ops.IdentityN(input=[tf.stop_gradient(y), x])
+    _record_on_tape(out, [y, x], site)
+    return out[0]
+
+
+def _eager_saturate(x, y):
+    @tf.custom_gradient
+    def passthrough(value):  # pylint: disable=unused-argument
+        return tf.identity(y), lambda dy: _saturate_gradient(dy)
+    return passthrough(x)
+
+
+__all__ = ["building_internals", "check_floating"]
