@@ -437,7 +437,8 @@ def test_under_a_strategy_the_keras_loss_scale_state_is_restored_all_or_nothing(
 # that Keras (keras2: commit 2219a2f^, TensorFlow 2.15.1; keras3: commit e1882d3, TensorFlow
 # 2.21): tf.train.Checkpoint(optimizer=NpuLossScaleOptimizer(SGD(0.1), initial_scale=4096.0,
 # dynamic_growth_steps=50)) with the growth counter at 7 and last_step_finite False; the Keras 3
-# one built on a weight [1.0, 2.0], with its own iteration counter at 5.
+# one built on a weight [1.0, 2.0], with its own iteration counter at 5. Keras 2.6's class (around
+# OptimizerV2) restores the state from the Keras 2.15 one, under keys of its own.
 def test_a_keras_checkpoint_written_before_the_staged_restore_still_restores(tmp_path):
     path = os.path.join(FIXTURES, "keras3_optimizer" if KERAS3 else "keras2_optimizer")
     want = dict(zip(KERAS_STATE, [4096.0, 7, False]))
@@ -451,6 +452,8 @@ def test_a_keras_checkpoint_written_before_the_staged_restore_still_restores(tmp
         else:
             status.assert_existing_objects_matched()
         assert _keras_state(opt) == want, how
+    if OPTIMIZER_V2_ONLY:
+        return   # Keras 2.6: another class (around OptimizerV2) than the one that wrote it
     # and the package still writes the same keys, and the same values for the optimizer's own
     # variables (a weight restored through an optimizer not built yet is Keras's matter)
     written = tf.train.Checkpoint(optimizer=opt).write(str(tmp_path / "again"))
