@@ -22,7 +22,8 @@ import pytest
 import tensorflow as tf
 
 import npu_loss_scale as nls
-from keras_versions import KERAS3, NO_LEGACY_REASON, OPTIMIZER_V2_ONLY, legacy_optimizers
+from keras_versions import (KERAS3, NO_JIT, NO_LEGACY_REASON, OPTIMIZER_V2_ONLY,
+                            legacy_optimizers)
 from test_restored_state import _tamper
 from tf_versions import tf2_only
 
@@ -274,6 +275,193 @@ def test_keras2_a_wrong_shaped_loss_scale_state_is_refused_with_nothing_restored
         tf.train.Checkpoint(obj=opt).read(good)
         assert _keras2_state(opt) == {"current_loss_scale": 2.0 ** 20, "good_steps": 1,
                                       "last_step_finite": True}
+
+
+# -- the Keras optimizer of either Keras: its whole loss-scale state, however it is reached ------
+# Keras 3's scale and counter are Keras's own optimizer variables, which Keras tracks twice (by
+# name and in the optimizer's list of variables) and makes only when the optimizer is built.
+KERAS_STATE = (["dynamic_scale", "step_counter", "last_step_finite"] if KERAS3
+               else ["current_loss_scale", "good_steps", "last_step_finite"])
+KERAS_KEPT = dict(zip(KERAS_STATE, [1024.0, 0, True]))
+KERAS_SAVED = dict(zip(KERAS_STATE, [2.0 ** 20, 3, False]))
+
+
+def _keras_optimizer(saved=False, build=True):
+    """Keras 3's optimizer (built on one weight unless ``build=False``), or Keras 2's around
+    its newest optimizer family (its loss-scale state exists from the start)."""
+    from npu_loss_scale.keras import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
+    opt = NpuLossScaleOptimizer(_keras2_inners()[-1]() if not KERAS3
+                                else tf.keras.optimizers.SGD(0.1),
+                                initial_scale=2.0 ** (20 if saved else 10),
+                                dynamic_growth_steps=50)
+    if build:
+        _keras_build(opt)
+    if saved:
+        _keras_counter(opt).assign(3)
+        opt.last_step_finite.assign(False)
+    return opt
+
+
+def _keras_build(opt):
+    if KERAS3:
+        opt.build([tf.Variable([1.0, 2.0])])
+
+
+def _keras_counter(opt):
+    return opt.step_counter if KERAS3 else opt.dynamic_counter
+
+
+def _keras_state(opt):
+    return dict(zip(KERAS_STATE, [float(opt.loss_scale.numpy()),
+                                  int(_keras_counter(opt).numpy()),
+                                  bool(opt.last_step_finite.numpy())]))
+
+
+def _keras_read(checkpoint_path, opt, how):
+    """Restores ``checkpoint_path`` into ``opt``: ``built`` (the optimizer as it is), ``attached``
+    (the checkpoint read first, the optimizer attached afterwards), ``before-build`` (read into an
+    optimizer not built yet, then built: Keras 3 makes its state there, and the restore waits
+    for it, but a value that does not fit is refused by the read already; Keras 2's state exists
+    from the start)."""
+    if how == "attached":
+        checkpoint = tf.train.Checkpoint()
+        checkpoint.read(checkpoint_path)
+        checkpoint.obj = opt
+        return
+    tf.train.Checkpoint(obj=opt).read(checkpoint_path)
+    if how == "before-build":
+        _keras_build(opt)
+
+
+KERAS_HOW = ["built", "attached", "before-build"]
+
+
+@pytest.mark.parametrize("how", KERAS_HOW)
+@pytest.mark.parametrize("child", KERAS_STATE)
+def test_keras_a_wrong_shaped_loss_scale_state_is_refused_with_nothing_restored(child, how,
+                                                                              tmp_path):
+    good = tf.train.Checkpoint(obj=_keras_optimizer(saved=True)).write(str(tmp_path / "good"))
+    key = next(k for k in tf.train.load_checkpoint(good).get_variable_to_shape_map()
+               if k.endswith("/%s%s" % (child, _SUFFIX)))
+    bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                  str(tmp_path / "bad"))
+    opt = _keras_optimizer(build=how != "before-build")
+    with pytest.raises(ValueError, match=r"NpuLossScaleOptimizer: the checkpoint being restored "
+                                         r"holds shape \(2,\) for %s .*accepted: shape \(\) .*"
+                                         r"Nothing was restored" % child):
+        _keras_read(bad, opt, how)
+    if how == "before-build":
+        _keras_build(opt)      # Keras 3: the refused restore left nothing pending
+    assert _keras_state(opt) == KERAS_KEPT
+    later = _keras_optimizer(build=how != "before-build")
+    _keras_read(good, later, how)
+    assert _keras_state(later) == KERAS_SAVED
+
+
+@pytest.mark.parametrize("how", KERAS_HOW)
+def test_keras_after_a_refused_restore_a_good_checkpoint_restores_everything(how, tmp_path):
+    good = tf.train.Checkpoint(obj=_keras_optimizer(saved=True)).write(str(tmp_path / "good"))
+    key = next(k for k in tf.train.load_checkpoint(good).get_variable_to_shape_map()
+               if k.endswith("/%s%s" % (KERAS_STATE[1], _SUFFIX)))
+    bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                  str(tmp_path / "bad"))
+    opt = _keras_optimizer(build=how != "before-build")
+    with pytest.raises(ValueError):
+        _keras_read(bad, opt, how)
+    status = tf.train.Checkpoint(obj=opt).read(good)
+    if how == "before-build":
+        _keras_build(opt)   # (the weight it is built on is not restored: Keras's matter)
+    else:
+        status.assert_existing_objects_matched()
+    assert _keras_state(opt) == KERAS_SAVED
+
+
+def _keras_model(scale):
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    opt = nls_keras().NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.1), initial_scale=scale,
+                                            dynamic_growth_steps=50)
+    model.compile(optimizer=opt, loss="mse", **NO_JIT)
+    return model, opt
+
+
+def nls_keras():
+    from npu_loss_scale import keras  # pylint: disable=import-outside-toplevel
+    return keras
+
+
+def test_keras_model_fit_after_a_refused_restore_trains_from_the_state_it_had(tmp_path):
+    """The usual order: the checkpoint read into a compiled model whose optimizer ``fit`` builds
+    at its first step (on Keras 3 inside the traced step). The refusal comes from the read; the
+    step builds the optimizer from its own initial state and trains."""
+    x, y = np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32)
+    saved_model, saved = _keras_model(2.0 ** 20)
+    saved_model.fit(x, y, verbose=0)
+    good = tf.train.Checkpoint(model=saved_model, optimizer=saved).write(str(tmp_path / "good"))
+    key = next(k for k in tf.train.load_checkpoint(good).get_variable_to_shape_map()
+               if k.endswith("/%s%s" % (KERAS_STATE[1], _SUFFIX)))
+    bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                  str(tmp_path / "bad"))
+    model, opt = _keras_model(1024.0)
+    with pytest.raises(ValueError, match=r"holds shape \(2,\) for %s" % KERAS_STATE[1]):
+        tf.train.Checkpoint(model=model, optimizer=opt).read(bad)
+    model.fit(x, y, verbose=0)          # one finite step from the optimizer's own state
+    assert float(opt.loss_scale.numpy()) == 1024.0
+    assert int(_keras_counter(opt).numpy()) == 1
+    # a good checkpoint then restores the trained state: one more step counts on from it
+    model, opt = _keras_model(1024.0)
+    tf.train.Checkpoint(model=model, optimizer=opt).read(good)
+    model.fit(x, y, verbose=0)
+    assert float(opt.loss_scale.numpy()) == 2.0 ** 20
+    assert int(_keras_counter(opt).numpy()) == 2
+
+
+def test_under_a_strategy_the_keras_loss_scale_state_is_restored_all_or_nothing(tmp_path):
+    with _strategy().scope():
+        saved = _keras_optimizer(saved=True)
+        opt = _keras_optimizer()
+    good = tf.train.Checkpoint(obj=saved).write(str(tmp_path / "good"))
+    key = next(k for k in tf.train.load_checkpoint(good).get_variable_to_shape_map()
+               if k.endswith("/%s%s" % (KERAS_STATE[1], _SUFFIX)))
+    bad = _tamper(good, key, _wrong_shape(tf.train.load_checkpoint(good).get_tensor(key)),
+                  str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match=r"holds shape \(2,\) for %s" % KERAS_STATE[1]):
+        tf.train.Checkpoint(obj=opt).read(bad)
+    assert _keras_state(opt) == KERAS_KEPT
+    tf.train.Checkpoint(obj=opt).read(good)
+    assert _keras_state(opt) == KERAS_SAVED
+
+
+# tests/data/object_checkpoints/keras{2,3}_optimizer were written before the staged restore of
+# that Keras (keras2: commit 2219a2f^, TensorFlow 2.15.1; keras3: commit e1882d3, TensorFlow
+# 2.21): tf.train.Checkpoint(optimizer=NpuLossScaleOptimizer(SGD(0.1), initial_scale=4096.0,
+# dynamic_growth_steps=50)) with the growth counter at 7 and last_step_finite False; the Keras 3
+# one built on a weight [1.0, 2.0], with its own iteration counter at 5. Keras 2.6's class (around
+# OptimizerV2) restores the state from the Keras 2.15 one, under keys of its own.
+def test_a_keras_checkpoint_written_before_the_staged_restore_still_restores(tmp_path):
+    path = os.path.join(FIXTURES, "keras3_optimizer" if KERAS3 else "keras2_optimizer")
+    want = dict(zip(KERAS_STATE, [4096.0, 7, False]))
+    for how in ["built", "before-build"]:
+        opt = _keras_optimizer(build=how != "before-build")
+        checkpoint = tf.train.Checkpoint()
+        status = checkpoint.read(path)
+        checkpoint.optimizer = opt
+        if how == "before-build":
+            _keras_build(opt)
+        else:
+            status.assert_existing_objects_matched()
+        assert _keras_state(opt) == want, how
+    if OPTIMIZER_V2_ONLY:
+        return   # Keras 2.6: another class (around OptimizerV2) than the one that wrote it
+    # and the package still writes the same keys, and the same values for the optimizer's own
+    # variables (a weight restored through an optimizer not built yet is Keras's matter)
+    written = tf.train.Checkpoint(optimizer=opt).write(str(tmp_path / "again"))
+    old, new = tf.train.load_checkpoint(path), tf.train.load_checkpoint(written)
+    keys = sorted(old.get_variable_to_shape_map())
+    assert sorted(new.get_variable_to_shape_map()) == keys
+    for key in keys:
+        if key != "_CHECKPOINTABLE_OBJECT_GRAPH" and "_trainable_variables" not in key:
+            np.testing.assert_array_equal(new.get_tensor(key), old.get_tensor(key), key)
 
 
 # -- a tf.compat.v1 graph: the restore ops refuse it when a session runs them -------------------

@@ -13,7 +13,9 @@ plain Python number (``float`` for floating variables, ``int`` for integer ones)
 
 Checkpoint restores: :func:`restored_state_check` refuses, at the first step, a restored value
 no rule can reach; :class:`StagedState` makes a ``tf.train.Checkpoint`` restore of an object's
-state all or nothing (a wrong-shaped value is refused before any variable changes).
+state all or nothing (a wrong-shaped value is refused before any variable changes);
+:class:`StagedList` and :func:`refuse_pending` extend it to state variables tracked twice and
+made late (Keras 3's optimizer).
 """
 import numbers
 import weakref
@@ -245,12 +247,33 @@ class StagedState:
     them, as it does after a name-based ``Saver`` restore.
     """
 
-    def __init__(self, owner_name, named):
+    def __init__(self, owner_name, named, tracked=None):
         self._owner_name = owner_name
         self.variables = dict(named)
         self.children = {name: _StagedVariable(self, name) for name in named}
+        # name -> the object the owner tracks for it, when not the variable itself (Keras 3's
+        # optimizer tracks a Keras variable around the TensorFlow one)
+        self._tracked = {name: (tracked or {}).get(name, var) for name, var in named.items()}
         self._expected = {}      # restore uid -> names announced
         self._staged = {}        # restore uid -> {name: (saveable, tensors, shapes)}
+
+    def name_of(self, tracked):
+        """The name of the state variable the owner tracks as ``tracked``; None if none."""
+        return next((name for name, obj in self._tracked.items() if obj is tracked), None)
+
+    def restore_deferred(self, holders):
+        """Restores, all or nothing, what a checkpoint read before the variables existed holds
+        for them. ``holders`` are ``(trackable, {local name: state variable name})``: where the
+        restore left its positions (``_deferred_dependencies``) for lack of the variables. Every
+        position is announced first, then each is restored into its child."""
+        for holder, names in holders:
+            holder._maybe_initialize_trackable()  # pylint: disable=protected-access
+            for local, name in names.items():
+                for position in holder._deferred_dependencies.get(local, ()):  # pylint: disable=protected-access
+                    self.expect(name, position.checkpoint.restore_uid)
+        for holder, names in holders:
+            for local, name in names.items():
+                holder._handle_deferred_dependencies(name=local, trackable=self.children[name])  # pylint: disable=protected-access
 
     def expect(self, name, uid):
         """The child ``name`` was handed to the restore with uid ``uid``."""
@@ -277,11 +300,7 @@ class StagedState:
             wrong = [self._describe(name, tensors[0]) for name, (_, tensors, _) in staged.items()
                      if tensors[0].shape != self.variables[name].shape]
             if wrong:
-                raise ValueError(
-                    "%s: the checkpoint being restored holds %s. Nothing was restored into "
-                    "%s's state (%s): restore a checkpoint this object wrote."
-                    % (self._owner_name, "; ".join(wrong), self._owner_name,
-                       ", ".join(sorted(n.lstrip("_") for n in self.variables))))
+                raise refusal(self._owner_name, wrong, self.variables)
             for saveable, tensors, shapes in staged.values():
                 saveable.restore(tensors, shapes)
             return None
@@ -296,12 +315,10 @@ class StagedState:
 
     def _accepted(self, name):
         variable = self.variables[name]
-        return "shape %s (%s)" % (tuple(variable.shape.as_list()), variable.dtype.name)
+        return _accepted_text(variable.shape.as_list(), variable.dtype)
 
     def _describe(self, name, value):
-        shown = np.array2string(np.asarray(value), threshold=8, separator=" ")
-        return "shape %s for %s (%s); accepted: %s" % (
-            tuple(value.shape.as_list()), name.lstrip("_"), shown, self._accepted(name))
+        return _wrong_value_text(name, np.asarray(value), self._accepted(name))
 
     def _shape_check(self, name, value):
         """Graph mode: an op that fails the restore when ``value`` does not hold as many
@@ -316,6 +333,77 @@ class StagedState:
              "restore a checkpoint this object wrote." % (name.lstrip("_"),
                                                           self._accepted(name))],
             name="check_restored_shape")
+
+
+def _accepted_text(shape, dtype):
+    return "shape %s (%s)" % (tuple(shape), tf.as_dtype(dtype).name)
+
+
+def _wrong_value_text(name, value, accepted):
+    shown = np.array2string(value, threshold=8, separator=" ")
+    return "shape %s for %s (%s); accepted: %s" % (tuple(value.shape), name.lstrip("_"), shown,
+                                                   accepted)
+
+
+def refusal(owner_name, wrong, names):
+    """The ``ValueError`` of a refused restore: ``wrong`` describes the values refused,
+    ``names`` are the state variables none of which changed."""
+    return ValueError(
+        "%s: the checkpoint being restored holds %s. Nothing was restored into %s's state (%s): "
+        "restore a checkpoint this object wrote."
+        % (owner_name, "; ".join(wrong), owner_name,
+           ", ".join(sorted(n.lstrip("_") for n in names))))
+
+
+def refuse_pending(owner_name, holders, accepted):
+    """Refuses, before an owner makes its state variables, a checkpoint whose values for them
+    do not fit: while the restore runs (see :class:`StagedList`), and again when the owner
+    builds its state.
+
+    Keras 3 builds an optimizer inside the first traced step of ``model.fit``; a restore refused
+    after the variables are made there would leave them half-made, so the values still pending
+    are checked before. ``holders`` are ``(trackable, {local name: state variable name})``
+    where the restore left its positions; ``accepted`` maps a state variable name to its
+    ``(shape, dtype)``. For each name the newest pending value is checked (TensorFlow restores
+    that one); when one has another shape, every pending position of that restore is dropped (so
+    nothing of it is restored later either) and ``ValueError`` is raised as
+    :class:`StagedState` raises it."""
+    newest = {}
+    for holder, names in holders:
+        holder._maybe_initialize_trackable()  # pylint: disable=protected-access
+        for local, name in names.items():
+            for position in holder._deferred_dependencies.get(local, ()):  # pylint: disable=protected-access
+                uid = position.checkpoint.restore_uid
+                if name not in newest or uid > newest[name].checkpoint.restore_uid:
+                    newest[name] = position
+    wrong, refused = [], set()
+    for name, position in sorted(newest.items()):
+        key = _value_key(position)
+        shape = position.checkpoint.shape_map.get(key) if key else None
+        want, dtype = accepted[name]
+        if shape is not None and tuple(shape) != tuple(want):
+            value = tf.train.load_checkpoint(position.checkpoint.save_path_string).get_tensor(key)
+            wrong.append(_wrong_value_text(name, np.asarray(value), _accepted_text(want, dtype)))
+            refused.add(position.checkpoint.restore_uid)
+    if not wrong:
+        return
+    for holder, names in holders:
+        pending = holder._deferred_dependencies  # pylint: disable=protected-access
+        for local in list(pending):
+            kept = [p for p in pending[local] if p.checkpoint.restore_uid not in refused]
+            if kept:
+                pending[local] = kept
+            else:
+                del pending[local]
+    raise refusal(owner_name, wrong, accepted)
+
+
+def _value_key(position):
+    """The checkpoint key of the value a restore position holds for a variable, or None."""
+    for attribute in position.object_proto.attributes:
+        if attribute.name == tracking.VARIABLE_VALUE_KEY:
+            return attribute.checkpoint_key
+    return None
 
 
 class _StagedVariable(tracking.Trackable):
@@ -408,3 +496,59 @@ class StagedChildren:
             if child is not None:
                 return child
             return super()._lookup_dependency(name)
+
+
+class StagedList(tracking.Trackable):
+    """A tracked list's stand-in in checkpoints, for an owner that tracks some of a
+    :class:`StagedState`'s variables twice: by name, and again as entries of a list (Keras 3's
+    optimizer does, in its list of variables). The entries keep their indices; a state variable
+    is replaced by the same child the owner lists under the variable's name, so the two
+    references still lead to one object: one checkpoint key, restored once, through the staging.
+
+    ``entries`` returns the live list, ``state`` the :class:`StagedState` (None: none yet).
+    ``before_lookup`` (optional) is called each time a restore looks an entry up: TensorFlow
+    restores breadth first, so by then it has visited the owner itself and left there what it
+    holds for variables the owner has not made yet (see :func:`refuse_pending`).
+    TensorFlow 2.9 and later only (the ``_trackable_children`` API; Keras 3 needs TF 2.16).
+    """
+
+    def __init__(self, entries, state, before_lookup=None):
+        self._npu_entries = entries
+        self._npu_state = state
+        self._npu_before_lookup = before_lookup
+
+    def _npu_child(self, entry, announce=False):
+        state = self._npu_state()
+        name = state.name_of(entry) if state is not None else None
+        if name is None:
+            return entry
+        if announce:
+            state.expect(name, getattr(self, "_self_update_uid", None))
+        return state.children[name]
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        entries = self._npu_entries()
+        if save_type != "checkpoint":
+            return {str(i): entry for i, entry in enumerate(entries)}
+        return {str(i): self._npu_child(entry) for i, entry in enumerate(entries)}
+
+    def _lookup_dependency(self, name, cached_dependencies=None):
+        if self._npu_before_lookup is not None:
+            self._npu_before_lookup()
+        entries = self._npu_entries()
+        if not name.isdigit() or int(name) >= len(entries):
+            return None          # an entry not made yet: TensorFlow defers it
+        return self._npu_child(entries[int(name)], announce=True)
+
+    def restore_deferred_entries(self):
+        """Restores what a checkpoint read before the entries existed holds for them (after
+        :meth:`StagedState.restore_deferred` for the state variables' entries)."""
+        self._maybe_initialize_trackable()
+        for index, entry in enumerate(self._npu_entries()):
+            self._handle_deferred_dependencies(str(index), self._npu_child(entry))
+
+    def state_indices(self):
+        """``{index: state variable name}`` of the entries that are state variables."""
+        state = self._npu_state()
+        found = ((str(i), state.name_of(entry)) for i, entry in enumerate(self._npu_entries()))
+        return {i: name for i, name in found if name is not None}

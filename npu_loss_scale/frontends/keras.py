@@ -148,6 +148,13 @@ class _NpuProperties:
 
 
 # -- Keras 3 --------------------------------------------------------------------------------------
+#: Keras 3's loss-scale state: Keras's scale and counter, and the package's verdict.
+_KERAS3_STATE = ("dynamic_scale", "step_counter", "last_step_finite")
+#: Their shapes and dtypes (Keras 3's "int" is int64 on TensorFlow).
+_KERAS3_ACCEPTED = {"dynamic_scale": ((), "float32"), "step_counter": ((), "int64"),
+                    "last_step_finite": ((), "bool")}
+
+
 def _build_keras3():
     base = tf.keras.optimizers.LossScaleOptimizer
     keras_ops = sys.modules[base.__module__].ops
@@ -171,12 +178,80 @@ def _build_keras3():
                 self.dynamic_growth_steps = None   # as Keras 2 reports a fixed scale
             self._npu_check = OverflowCheck(backend, is_distributed, agreement)
             self.last_step_finite = None
+            # Set outside Keras's tracking: neither is a checkpoint child of its own.
+            self.__dict__["_npu_staged"] = None
+            self.__dict__["_npu_variables_list"] = _state_io.StagedList(
+                lambda: self._variables, lambda: self.__dict__.get("_npu_staged"),
+                before_lookup=self._npu_refuse_pending)
 
         def build(self, var_list):
-            self.last_step_finite = self.add_variable(
-                shape=(), dtype="bool", initializer="ones", aggregation="none",
-                name="last_step_finite")
-            super().build(var_list)
+            self._npu_refuse_pending()
+            self.__dict__["_npu_building"] = True
+            try:
+                self.last_step_finite = self.add_variable(
+                    shape=(), dtype="bool", initializer="ones", aggregation="none",
+                    name="last_step_finite")
+                super().build(var_list)
+            finally:
+                self.__dict__["_npu_building"] = False
+            self._npu_stage_state()
+
+        # -- tf.train.Checkpoint restores of the loss-scale state, all or nothing ------------
+        # Keras tracks each of its optimizer variables twice: by name and as an entry of
+        # `_variables`. Both references lead to one stand-in per state variable (one checkpoint
+        # key, restored once into the staging of _state_io.StagedState), so a refused value
+        # leaves all three as they were.
+        def _npu_refuse_pending(self):
+            """A checkpoint read before the build and holding a value that does not fit is
+            refused before anything is made: when the restore reaches the list of variables
+            (so ``read`` raises), else when the optimizer is built (``model.fit`` builds it
+            inside its first traced step)."""
+            if self.built:
+                return
+            _state_io.refuse_pending(
+                "NpuLossScaleOptimizer",
+                [(self, {name: name for name in _KERAS3_STATE}),
+                 (self.__dict__["_npu_variables_list"], {})], _KERAS3_ACCEPTED)
+
+        def _npu_stage_state(self):
+            """After the build: the staging of the three variables, and what a checkpoint read
+            before the build holds for them restored into it."""
+            tracked = {name: getattr(self, name) for name in _KERAS3_STATE}
+            values = {name: getattr(var, "_value", None) for name, var in tracked.items()}
+            listing = self.__dict__["_npu_variables_list"]
+            if any(value is None for value in values.values()):
+                # not initialized yet (Keras defers it in a stateless scope): restored as Keras
+                # restores it, one variable at a time
+                for name, var in tracked.items():
+                    self._handle_deferred_dependencies(name, var)
+            else:
+                staged = _state_io.StagedState("NpuLossScaleOptimizer", values, tracked)
+                self.__dict__["_npu_staged"] = staged
+                staged.restore_deferred([(self, {name: name for name in _KERAS3_STATE}),
+                                         (listing, listing.state_indices())])
+            listing.restore_deferred_entries()
+
+        def _handle_deferred_dependencies(self, name, trackable):
+            if name in _KERAS3_STATE and self.__dict__.get("_npu_building"):
+                return   # restored once all three exist, by _npu_stage_state
+            super()._handle_deferred_dependencies(name, trackable)
+
+        def _trackable_children(self, save_type="checkpoint", **kwargs):
+            children = dict(super()._trackable_children(save_type, **kwargs))
+            staged = self.__dict__.get("_npu_staged")
+            if save_type == "checkpoint" and staged is not None:
+                children.update(staged.children)
+                children["_variables"] = self.__dict__["_npu_variables_list"]
+            return children
+
+        def _lookup_dependency(self, name, cached_dependencies=None):
+            if name == "_variables" and "_npu_variables_list" in self.__dict__:
+                return self.__dict__["_npu_variables_list"]
+            staged = self.__dict__.get("_npu_staged")
+            if staged is not None and name in staged.children:
+                staged.expect(name, getattr(self, "_self_update_uid", None))
+                return staged.children[name]
+            return super()._lookup_dependency(name, cached_dependencies)
 
         @property
         def loss_scale(self):
