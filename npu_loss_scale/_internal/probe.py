@@ -3,14 +3,13 @@
 The one place that probes for Huawei's ``npu_bridge`` (the CPU shim of ``python -m
 npu_loss_scale.emulate`` does not count as real) and reads ``NPU_LOSS_SCALE_BACKEND``. The
 emulated register routes its mode functions through :func:`active_device_plugin` on the device;
-detection and agreement ask :func:`get_backend_name`. Imports nothing of the package but checks.
+detection and agreement ask :func:`get_backend_name`. Imports nothing of the package but checks
+and graphs (for :data:`~npu_loss_scale._internal.graphs.as_is`).
 """
 import importlib
 import os
 import sys
 import threading
-
-import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import graphs as _graphs
