@@ -300,6 +300,14 @@ def tensorflow_version(python):
     return lines[-1]
 
 
+def script_timeout(timeout, recipe=None):
+    """Seconds one script gets: ``--timeout``, or the recipe's ``TIMEOUT`` where that is longer.
+
+    A recipe's ``TIMEOUT`` is the time its script needs on two free cores; on a machine busy with
+    other work, a longer ``--timeout`` must still give the script more."""
+    return max(timeout, getattr(recipe, "TIMEOUT", 0) or 0)
+
+
 def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, native_tf1=False):
     """Runs one script; ``native_tf1``: ``python`` has TensorFlow 1.x (no ``--tf1`` then)."""
     model = survey.model_dir(script, corpus)
@@ -313,7 +321,7 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, nati
     cwd = os.path.dirname(script)
     if recipe is not None:
         tf1 = getattr(recipe, "TF1", tf1)
-        timeout = getattr(recipe, "TIMEOUT", timeout)
+        timeout = script_timeout(timeout, recipe)
         ctx = recipes.Context(os.path.join(work, "recipe"), data, out, model, script, args)
         os.makedirs(ctx.work, exist_ok=True)
         args, recipe_env = recipe.prepare(ctx)

@@ -405,3 +405,17 @@ def test_recipe_jpeg_helper_works_in_graph_mode_as_on_tensorflow_1():
         want = session.run(tf.io.encode_jpeg(pixels))
         assert session.run(tf.shape(tf.io.decode_jpeg(encoded))).tolist() == [8, 16, 3]
     assert isinstance(encoded, bytes) and encoded[:3] == b"\xff\xd8\xff" and encoded == want
+
+
+def test_a_recipes_timeout_is_a_floor_that_a_longer_command_line_timeout_raises():
+    """A recipe's ``TIMEOUT`` gives its script at least that long; ``--timeout`` gives more on a
+    busy machine (it used to be overridden by the recipe's, so a rerun could not give more)."""
+    mod = _load_try()
+
+    class Recipe:  # pylint: disable=too-few-public-methods
+        TIMEOUT = 600
+
+    assert mod.script_timeout(1800.0, Recipe) == 1800.0
+    assert mod.script_timeout(300.0, Recipe) == 600
+    assert mod.script_timeout(300.0, object()) == 300.0     # a recipe without TIMEOUT
+    assert mod.script_timeout(300.0) == 300.0               # no recipe

@@ -22,8 +22,8 @@ One module per model directory, named freely (``bert_google_finetune.py``), with
     ``PYTHONPATH`` there (folders of the model its launcher puts on the path) comes after the
     package under test, which stays first.
 ``TIMEOUT`` (optional)
-    seconds this script gets instead of ``--timeout``: for scripts whose steps take minutes on a
-    CPU at the sizes they fix themselves, or that train until stopped.
+    seconds this script gets at least (a longer ``--timeout`` wins): for scripts whose steps
+    take minutes on a CPU at the sizes they fix themselves, or that train until stopped.
 ``CWD`` (optional)
     ``"work"`` to run the script from ``ctx.work`` instead of its own folder (for scripts that
     read or write relative paths).
