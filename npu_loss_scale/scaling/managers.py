@@ -35,10 +35,13 @@ from npu_loss_scale._internal import gradients as _gradients
 from npu_loss_scale._internal.compat.loss_scale_optimizer import MANAGER_BASES
 from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale._internal.compat.variables import Variable
-from npu_loss_scale.scaling.reference.ascend import growth_threshold
 
 
 # The float32 tensor a script can fetch by name: ``loss_scale:0`` (see ascend-facts §3).
+# Ascend's managers grow the scale only while it is below 3.4e38 / incr_ratio (in float32), so
+# that growing never gives an inf. (The reference twin states the same fact on its own.)
+_GROWTH_CEILING = 3.4e38
+
 LOSS_SCALE_TENSOR_NAME = "loss_scale"
 
 
@@ -366,7 +369,7 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         grow = tf.logical_and(finite, good_next >= self._incr_every_n_steps)
         shrink = tf.logical_and(tf.logical_not(finite),
                                 bad_next >= self._decr_every_n_nan_or_inf)
-        can_grow = scale < growth_threshold(self._incr_ratio)
+        can_grow = scale < tf.constant(_GROWTH_CEILING / float(self._incr_ratio), tf.float32)
         grown = where(can_grow, scale * self._incr_ratio, scale)
         shrunk = tf.maximum(tf.constant(1.0, tf.float32), scale * self._decr_ratio)
         new_scale = where(grow, grown, where(shrink, shrunk, scale))
