@@ -62,7 +62,8 @@ def rank_environments(n, base_env=None):
 
 
 def start_ranks(n, child_args, streams, base_env=None, cwd=None):
-    """Starts ``python -m npu_loss_scale.emulate *child_args`` as ``n`` ranks; their ``Popen``\ s.
+    """Starts ``python -m npu_loss_scale.emulate *child_args`` as ``n`` ranks; returns their
+    ``Popen`` objects.
 
     ``streams(rank)`` gives the ``(stdout, stderr)`` of a rank's process (``subprocess.PIPE``
     or open files); ``base_env`` the environment the rank variables are added to (default this
