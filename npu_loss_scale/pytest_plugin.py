@@ -58,9 +58,7 @@ import importlib
 import importlib.util
 import os
 import pickle
-import subprocess
 import sys
-import time
 import types
 
 import pytest
@@ -444,47 +442,20 @@ class NPURanks:
         base.pop("TF_CONFIG", None)
         base.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base[_BACKEND_ENV] = "emulation"
-        base["PYTHONUNBUFFERED"] = "1"
         # the parent's import path, so the ranks import the same package and test modules
         base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         base.update(env or {})
-        procs, files = [], []
-        try:
-            for rank, rank_env in enumerate(ranks.rank_environments(n, base)):
-                out = open(os.path.join(run_dir, "rank%d.out" % rank), "w+")
-                err = open(os.path.join(run_dir, "rank%d.err" % rank), "w+")
-                files.append((out, err))
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "npu_loss_scale.emulate"] + child, env=rank_env,
-                    cwd=run_dir, stdout=out, stderr=err))
-            deadline = time.monotonic() + timeout
-            codes = [None] * n
-            while any(c is None for c in codes) and time.monotonic() < deadline:
-                for rank, proc in enumerate(procs):
-                    if codes[rank] is None:
-                        codes[rank] = proc.poll()
-                if any(c not in (None, 0) for c in codes):
-                    # one rank failed: the others would wait for it in a collective
-                    grace = time.monotonic() + 10.0
-                    while any(c is None for c in codes) and time.monotonic() < min(grace,
-                                                                                   deadline):
-                        time.sleep(0.1)
-                        codes = [c if c is not None else p.poll()
-                                 for c, p in zip(codes, procs)]
-                    break
-                time.sleep(0.1)
-            timed_out = set()
-            for rank, proc in enumerate(procs):
-                if codes[rank] is None:
-                    if time.monotonic() >= deadline:
-                        timed_out.add(rank)
-                    proc.kill()
-                    codes[rank] = proc.wait()
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+        files = []
+
+        def streams(rank):
+            out = open(os.path.join(run_dir, "rank%d.out" % rank), "w+")
+            err = open(os.path.join(run_dir, "rank%d.err" % rank), "w+")
+            files.append((out, err))
+            return out, err
+
+        procs = ranks.start_ranks(n, child, streams, base_env=base, cwd=run_dir)
+        codes, _, timed_out = ranks.wait_ranks(procs, timeout=timeout, grace=10.0,
+                                               poll_seconds=0.1, kill=True)
         stdout, stderr = [], []
         for out, err in files:
             for f, sink in ((out, stdout), (err, stderr)):

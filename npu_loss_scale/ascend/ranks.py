@@ -61,6 +61,82 @@ def rank_environments(n, base_env=None):
     return envs
 
 
+def start_ranks(n, child_args, streams, base_env=None, cwd=None):
+    """Starts ``python -m npu_loss_scale.emulate *child_args`` as ``n`` ranks; returns their
+    ``Popen`` objects.
+
+    ``streams(rank)`` gives the ``(stdout, stderr)`` of a rank's process (``subprocess.PIPE``
+    or open files); ``base_env`` the environment the rank variables are added to (default this
+    process's). Pipes are text, undecodable bytes replaced. If a rank cannot be started, those
+    already running are killed.
+    """
+    procs = []
+    try:
+        for rank, env in enumerate(rank_environments(n, base_env)):
+            env["PYTHONUNBUFFERED"] = "1"
+            stdout, stderr = streams(rank)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "npu_loss_scale.emulate"] + list(child_args), env=env,
+                cwd=cwd, stdout=stdout, stderr=stderr, text=True, errors="replace"))
+    except BaseException:
+        _kill_running(procs)
+        raise
+    return procs
+
+
+def wait_ranks(procs, timeout=None, grace=0.0, poll_seconds=0.2, kill=False):
+    """Waits for the ranks ``procs`` of :func:`start_ranks`; ``(codes, first_failures, timed_out)``.
+
+    When a rank exits non-zero the others would wait for it in a collective: they get ``grace``
+    seconds to exit on their own, then are stopped (``terminate()``, or ``kill()`` with
+    ``kill=True``). After ``timeout`` seconds (None: no limit) every rank still running is killed
+    and listed in ``timed_out``. ``codes`` are the exit codes of all ranks; ``first_failures``
+    the non-zero codes seen at the poll that first saw one (in rank order), before any rank was
+    stopped. If waiting is interrupted (an exception), the ranks still running are killed.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    codes, first_failures, timed_out = [None] * len(procs), [], set()
+
+    def poll():
+        for rank, proc in enumerate(procs):
+            if codes[rank] is None:
+                codes[rank] = proc.poll()
+
+    def running_until(end):
+        return any(c is None for c in codes) and (end is None or time.monotonic() < end)
+
+    try:
+        while running_until(deadline):
+            poll()
+            first_failures = [c for c in codes if c not in (None, 0)]
+            if first_failures:
+                end = time.monotonic() + grace
+                end = end if deadline is None else min(end, deadline)
+                while running_until(end):
+                    time.sleep(poll_seconds)
+                    poll()
+                break
+            time.sleep(poll_seconds)
+        for rank, proc in enumerate(procs):
+            if codes[rank] is None:
+                if deadline is not None and time.monotonic() >= deadline:
+                    timed_out.add(rank)
+                    proc.kill()
+                else:
+                    (proc.kill if kill else proc.terminate)()
+                codes[rank] = proc.wait()
+    finally:
+        _kill_running(procs)
+    return codes, first_failures, timed_out
+
+
+def _kill_running(procs):
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def launch(n, child_args, poll_seconds=0.2):
     """Runs ``python -m npu_loss_scale.emulate *child_args`` as ``n`` ranks; the exit code.
 
@@ -68,37 +144,18 @@ def launch(n, child_args, poll_seconds=0.2):
     a script prints stays whole, and starts with the rank: ``[0] ...``, ``[1] ...`` (see
     :func:`tag`). The first non-zero exit code of a rank stops the others and is returned.
     """
-    procs, pumps = [], []
+    pumps = []
     lock = threading.Lock()
-    for rank, env in enumerate(rank_environments(n)):
-        env["PYTHONUNBUFFERED"] = "1"
-        proc = subprocess.Popen([sys.executable, "-m", "npu_loss_scale.emulate"]
-                                + list(child_args), env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace")
-        procs.append(proc)
+    procs = start_ranks(n, child_args, lambda rank: (subprocess.PIPE, subprocess.PIPE))
+    for rank, proc in enumerate(procs):
         for source, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             pump = threading.Thread(target=_pump, args=(source, sink, lock, tag(rank)),
                                     daemon=True)
             pump.start()
             pumps.append(pump)
-    codes = [None] * n
-    while any(c is None for c in codes):
-        for i, proc in enumerate(procs):
-            if codes[i] is None:
-                codes[i] = proc.poll()
-        failed = [c for c in codes if c not in (None, 0)]
-        if failed:
-            for i, proc in enumerate(procs):
-                if codes[i] is None:
-                    proc.terminate()
-            for i, proc in enumerate(procs):
-                if codes[i] is None:
-                    codes[i] = proc.wait()
-            _drain(pumps)
-            return failed[0]
-        time.sleep(poll_seconds)
+    _, first_failures, _ = wait_ranks(procs, poll_seconds=poll_seconds)
     _drain(pumps)
-    return 0
+    return first_failures[0] if first_failures else 0
 
 
 def tag(rank):
