@@ -683,3 +683,9 @@ def overflow_sites():
 
 if __name__ == "__main__":   # a rank of npu_ranks running a function
     _rank_main(sys.argv[1])
+
+
+# The fixtures (npu_device, npu_ranks) and hooks reach tests through the plugin's registration,
+# not through imports.
+__all__ = ["NPUDevice", "NPURanks", "RankFailed", "RanksResult", "assert_no_overflow",
+           "assert_step_skipped", "overflow_sites", "SAT_MODES"]

@@ -811,3 +811,6 @@ def _build_optimizer(optimizer, variables):
         return
     with tf.init_scope():
         build(variables)
+
+
+__all__ = ["GradScaler", "OptState", "NoInfChecksError", "MIN_SCALE", "MAX_SCALE", "SCALE_ACCEPTED"]

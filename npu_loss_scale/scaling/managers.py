@@ -460,3 +460,7 @@ def as_manager(manager):
             "update_loss_scale(finite_grads); got %r (type %s), which has no %s"
             % (manager, type(manager).__name__, " and no ".join(m + "()" for m in missing)))
     return _ForeignManager(manager)
+
+
+__all__ = ["LossScaleManager", "FixedLossScaleManager", "ExponentialUpdateLossScaleManager",
+           "as_manager", "LOSS_SCALE_TENSOR_NAME"]

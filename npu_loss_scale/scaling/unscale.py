@@ -100,3 +100,7 @@ def unscale_gradient(grad, reciprocal):
         return tf.IndexedSlices(unscale_values(grad.values, reciprocal), grad.indices,
                                 grad.dense_shape)
     return unscale_values(grad, reciprocal)
+
+
+__all__ = ["Reciprocal", "as_reciprocal", "unscale_values", "unscale_gradient",
+           "LARGEST_PLAIN_SCALE", "SPLIT_EXPONENT"]
