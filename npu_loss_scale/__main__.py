@@ -66,8 +66,10 @@ def _report(args):
 
 
 def _build_kernel(args):
-    from npu_loss_scale._internal import kernels as _kernels  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale._internal.messages import logged_to_stderr  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale._internal import (  # pylint: disable=import-outside-toplevel
+        kernels as _kernels)
+    from npu_loss_scale._internal.messages import (  # pylint: disable=import-outside-toplevel
+        logged_to_stderr)
     try:
         with logged_to_stderr():  # the build's start and end
             path = _kernels.build_unscale_check(rebuild=args.rebuild)

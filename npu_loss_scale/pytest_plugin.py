@@ -118,7 +118,8 @@ class NPUDevice:
 
     # -- set-up and tear-down -----------------------------------------------------------------
     def _setup(self, sat_mode, saturate_every_op, precision_mode):
-        from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+            register as emulation)
         sat_mode = _check_sat_mode(sat_mode)
         if not isinstance(saturate_every_op, bool):
             raise TypeError("saturate_every_op must be True or False; got %r"
@@ -150,7 +151,8 @@ class NPUDevice:
 
     @sat_mode.setter
     def sat_mode(self, value):
-        from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+            register as emulation)
         value = _check_sat_mode(value)
         emulation.set_device_sat_mode(SAT_MODES[value])
         self._sat_mode = value
@@ -202,7 +204,8 @@ class NPUDevice:
     # -- the register ----------------------------------------------------------------------------
     def status(self, session=None):
         """The emulated register's eight words as a list of ints (not cleared by reading)."""
-        from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+            register as emulation)
         if session is None:
             return [int(v) for v in emulation.npu_get_float_status_v2().numpy()]
         with session.graph.as_default():
@@ -211,7 +214,8 @@ class NPUDevice:
 
     def clear(self, session=None):
         """Clears the emulated register (all reader slots), in ``session`` or eagerly."""
-        from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+            register as emulation)
         if session is None:
             emulation.npu_clear_float_status_v2()
             return

@@ -46,7 +46,8 @@ def npu_shim(monkeypatch):
     precision.uninstall_session_hook()
     precision.uninstall_op_precision()
     precision.set_default_precision_mode(None)
-    from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+        register as emulation)
     emulation.npu_clear_float_status_v2()   # an overflow a test left in the register
     loops.uninstall_run_hook()
 

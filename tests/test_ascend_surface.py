@@ -52,7 +52,8 @@ def test_star_import_keeps_the_scripts_own_tf_and_gives_tensorflow_otherwise(shi
 
 
 def test_loss_scale_optimizer_module_re_exports_the_managers(shim):
-    from npu_bridge.estimator.npu import npu_loss_scale_optimizer as module  # pylint: disable=import-outside-toplevel
+    from npu_bridge.estimator.npu import (  # pylint: disable=import-outside-toplevel
+        npu_loss_scale_optimizer as module)
     import npu_loss_scale as nls  # pylint: disable=import-outside-toplevel
     assert module.FixedLossScaleManager is nls.FixedLossScaleManager
     assert module.ExponentialUpdateLossScaleManager is nls.ExponentialUpdateLossScaleManager
@@ -109,7 +110,8 @@ def test_npu_dropout_is_graph_only_as_on_the_device(shim):
 
 
 def test_npu_gelu_is_the_devices_tanh_form(shim, graph, session):
-    from npu_bridge.estimator.npu_unary_ops import npu_unary_ops  # pylint: disable=import-outside-toplevel
+    from npu_bridge.estimator.npu_unary_ops import (  # pylint: disable=import-outside-toplevel
+        npu_unary_ops)
     x = np.array([-3.0, -1.0, 0.0, 0.5, 1.0, 3.0], np.float32)
     want = x / (1.0 + np.exp(-np.sqrt(8.0 / np.pi) * (x + 0.044715 * x ** 3)))
     np.testing.assert_allclose(session.run(npu_unary_ops.gelu(tf.constant(x))), want, rtol=1e-4,
@@ -205,7 +207,8 @@ def test_precision_mode_values_are_checked(shim, graph):
 # -- NPURunConfig / NPUEstimator -----------------------------------------------------------------------
 @needs_estimator
 def test_npu_run_config_accepts_validates_and_records_device_options(shim):
-    from npu_bridge.npu_init import DumpConfig, NPURunConfig  # pylint: disable=import-outside-toplevel
+    from npu_bridge.npu_init import (  # pylint: disable=import-outside-toplevel
+        DumpConfig, NPURunConfig)
     config = NPURunConfig(iterations_per_loop=10, precision_mode="allow_mix_precision",
                           dump_config=DumpConfig(enable_dump=True, dump_mode="all"),
                           hcom_parallel=True, op_debug_level=0, model_dir=None)
@@ -229,7 +232,8 @@ def test_npu_run_config_accepts_validates_and_records_device_options(shim):
 def test_npu_run_config_without_the_estimator_says_what_is_missing(shim, monkeypatch):
     """On TF 2.21 (no Estimator) NPURunConfig/NPUEstimator import but refuse to be built."""
     from npu_bridge import _estimator  # pylint: disable=import-outside-toplevel
-    from npu_bridge.estimator.npu import npu_config, npu_estimator  # pylint: disable=import-outside-toplevel
+    from npu_bridge.estimator.npu import (  # pylint: disable=import-outside-toplevel
+        npu_config, npu_estimator)
     if _estimator.available():  # TF 2.15: build the classes a TF without the Estimator gets
         def missing():
             raise ImportError(_estimator.MISSING % "no module named tensorflow_estimator")
@@ -324,7 +328,8 @@ def test_tf1_mode_provides_tf1_mnist_and_names_tensorflow_contrib_imports_as_not
 
 
 def test_dynamic_rnn_is_the_devices_lstm(shim, graph, session):
-    from npu_bridge.estimator.npu.npu_dynamic_rnn import DynamicRNN  # pylint: disable=import-outside-toplevel
+    from npu_bridge.estimator.npu.npu_dynamic_rnn import (  # pylint: disable=import-outside-toplevel
+        DynamicRNN)
     rng = np.random.RandomState(0)
     xs = rng.randn(3, 2, 4).astype(np.float32)       # [T, B, I]
     lstm = DynamicRNN(hidden_size=5, dtype=tf.float32, forget_bias=1.0)
@@ -400,14 +405,17 @@ def test_npu_device_options_are_validated_recorded_and_open_applies_precision(sh
     dataset = tf.data.Dataset.range(4)
     assert npu_device.distribute.shard_and_rebatch_dataset(dataset, 8) == (dataset, 8)
     assert npu_device.distribute.all_reduce([tf.constant(2.0)], "mean")[0].numpy() == 2.0
-    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.keras import NpuLossScaleOptimizer as ours  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
+    from npu_loss_scale.keras import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer as ours)
     # ours, plus the device's agreement on overflow across ranks (tests/test_npu_device_ranks.py)
     assert issubclass(NpuLossScaleOptimizer, ours)
     with pytest.raises(ImportError,
                        match=r"npu_device\.train\.optimizer\.NpuOptimizer is not emulated"):
         exec("from npu_device.train.optimizer import NpuOptimizer", {})  # pylint: disable=exec-used
-    from npu_device.compat.v1.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
+    from npu_device.compat.v1.npu_init import (  # pylint: disable=import-outside-toplevel
+        npu_config_proto)
     assert npu_config_proto().allow_soft_placement
 
 

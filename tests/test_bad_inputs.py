@@ -550,7 +550,8 @@ def b_run_config(**kwargs):
 
         def trigger():
             try:
-                from npu_bridge.estimator.npu.npu_config import NPURunConfig  # pylint: disable=import-outside-toplevel
+                from npu_bridge.estimator.npu.npu_config import (  # pylint: disable=import-outside-toplevel
+                    NPURunConfig)
                 return NPURunConfig(**kwargs)
             finally:
                 emulate.uninstall_shim()

@@ -229,7 +229,8 @@ def test_a_grad_scaler_checkpoint_written_without_the_package_restores(tmp_path)
 
 # -- Keras 2's loss-scale optimizer: the package's loss-scale state ------------------------------
 def _keras2_optimizer(inner, saved=False):
-    from npu_loss_scale.keras import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.keras import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
     opt = NpuLossScaleOptimizer(inner(), initial_scale=2.0 ** (20 if saved else 10),
                                 dynamic_growth_steps=50)
     if saved:

@@ -49,7 +49,8 @@ def _events(stdout):
 
 # -- in process ----------------------------------------------------------------------------------
 def test_shim_resolves_the_ascend_loss_scale_names_to_this_package(shim):
-    from npu_bridge.estimator.npu import npu_loss_scale_manager, npu_loss_scale_optimizer  # pylint: disable=import-outside-toplevel
+    from npu_bridge.estimator.npu import (  # pylint: disable=import-outside-toplevel
+        npu_loss_scale_manager, npu_loss_scale_optimizer)
     assert issubclass(npu_loss_scale_optimizer.NPULossScaleOptimizer, nls.NPULossScaleOptimizer)
     assert npu_loss_scale_manager.FixedLossScaleManager is nls.FixedLossScaleManager
     assert (npu_loss_scale_manager.ExponentialUpdateLossScaleManager

@@ -171,7 +171,8 @@ def test_every_n_steps_must_be_a_positive_integer(bad, exc):
 
 
 def test_overflow_status_clear_hook_clears_the_register_when_an_evaluation_ends(graph):
-    from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+        register as emulation)
     evaluation = nls.saturate(tf.constant([1e5], tf.float16))      # overflows
     status = emulation.npu_get_float_status_v2()
     hook = nls.OverflowStatusClearHook()

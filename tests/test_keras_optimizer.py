@@ -308,7 +308,8 @@ def test_the_loss_scale_optimizer_has_the_adapters_shape_and_counts_skipped_step
     adapter's skipped step leaves global_step alone: test_optimizer.py). Keras 3 counts only
     applied steps."""
     import npu_device as npu  # pylint: disable=import-outside-toplevel
-    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
     npu.open().as_default()
     opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.5), True, 8.0, 2)
     assert isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)

@@ -294,7 +294,8 @@ def test_other_kernels_raise_not_emulated_naming_them(gen_ops):
 
 def test_the_same_kernels_under_every_name_scripts_use(gen_ops):
     import npu_device  # pylint: disable=import-outside-toplevel
-    from npu_device.npu_device import gen_npu_ops as aicore  # pylint: disable=import-outside-toplevel
+    from npu_device.npu_device import (  # pylint: disable=import-outside-toplevel
+        gen_npu_ops as aicore)
     from npu_bridge.helper import helper  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.ascend import device_kernels  # pylint: disable=import-outside-toplevel
     assert aicore is gen_ops is npu_device.gen_npu_ops
@@ -329,7 +330,8 @@ def test_npu_bridge_dropout_is_the_gen_and_do_mask_pair_with_tf_seeds(npu_shim):
 def test_user_gradient_registrations_for_the_device_op_types_still_work(npu_shim):  # pylint: disable=unused-argument
     # the shim registers none itself: a script's unconditional RegisterGradient does not collide
     import npu_device  # pylint: disable=import-outside-toplevel,unused-import
-    from npu_device import gen_npu_ops, ops  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    from npu_device import (  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        gen_npu_ops, ops)
     from tensorflow.python.framework import ops as tf_ops  # pylint: disable=import-outside-toplevel
     registered = tf_ops.gradient_registry.list()
     assert not {"DropOutDoMask", "DropOutDoMaskV3", "FastGelu"} & set(registered)

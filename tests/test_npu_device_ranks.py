@@ -202,7 +202,8 @@ def test_tf1_graphs_of_npu_device_scripts_exchange_through_their_sessions(tmp_pa
 # -- one process -------------------------------------------------------------------------------------
 def test_one_rank_is_the_identity_and_the_optimizer_decides_alone(npu_shim):  # pylint: disable=unused-argument
     import npu_device as npu  # pylint: disable=import-outside-toplevel
-    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
     device = npu.open().as_default()
     assert (device.workers_num, device.worker_id, device.is_cluster_worker()) == (1, 0, False)
     a, b = tf.constant([1.0, 2.0]), tf.constant(3)

@@ -7,7 +7,8 @@ import tensorflow as tf
 
 @pytest.fixture
 def npu_hook(npu_shim):  # pylint: disable=unused-argument
-    from npu_bridge.estimator.npu import npu_hook as module  # pylint: disable=import-outside-toplevel
+    from npu_bridge.estimator.npu import (  # pylint: disable=import-outside-toplevel
+        npu_hook as module)
     yield module
 
 

@@ -77,7 +77,8 @@ def _modules_loaded_before_inner_runs():
     assert emulate.install_shim()
     import npu_bridge.npu_init  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     emulate.uninstall_shim()
-    from npu_loss_scale.ascend import ranks  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    from npu_loss_scale.ascend import (  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        ranks)
     yield
 
 
@@ -351,7 +352,8 @@ def test_helpers_read_a_loss_scale_hook_and_its_history(graph, session):
 
 
 def test_helpers_read_the_keras_optimizer_after_a_step():
-    from npu_loss_scale.keras import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.keras import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
     var = tf.Variable([1.0])
     opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.1), initial_scale=4.0)
     opt.apply_gradients([(tf.constant([np.inf]), var)])

@@ -157,7 +157,8 @@ def test_grad_scaler_applies_the_true_gradient(exponent, traced, explicit_unscal
 @pytest.mark.parametrize("exponent", EXPONENTS)
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_keras_optimizer_applies_the_true_gradient(exponent, dynamic):
-    from npu_loss_scale.keras import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.keras import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
     scale = 2.0 ** exponent
     w = tf.Variable(W0)
     opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(LR), dynamic=dynamic,

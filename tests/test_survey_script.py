@@ -49,7 +49,8 @@ def corpus(tmp_path):
         """)
     # model 2: a name the shim lacks (a module of the adapter not emulated), and Python 2 code
     _write(root, "TensorFlow/nlp/Tacotron_ID0002_for_TensorFlow/train.py", """
-        from npu_bridge.estimator.npu.npu_loss_scale_manager import ExponentialUpdateLossScaleManager
+        from npu_bridge.estimator.npu.npu_loss_scale_manager import (
+            ExponentialUpdateLossScaleManager)
         from npu_bridge.estimator.npu.npu_strategy import NPUStrategy
         from npu_bridge.hccl import hccl_ops
         hccl_ops.broadcast([v], 0)

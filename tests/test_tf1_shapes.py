@@ -86,7 +86,8 @@ def test_the_optimizer_subclasses_the_class_ascends_tf1_adapter_subclasses(graph
     opt = nls.NPULossScaleOptimizer(inner, mgr)
     assert isinstance(opt, BASE_OPTIMIZER)
     if TF1:
-        from tensorflow.contrib.mixed_precision import LossScaleOptimizer  # pylint: disable=import-error,import-outside-toplevel
+        from tensorflow.contrib.mixed_precision import (  # pylint: disable=import-error,import-outside-toplevel
+            LossScaleOptimizer)
         assert isinstance(opt, LossScaleOptimizer)
         assert opt._opt is inner  # pylint: disable=protected-access
     # the attribute Ascend's TF1 optimizer keeps its manager in

@@ -207,7 +207,8 @@ def test_tf_compat_v1_graphs_are_left_to_their_sessions(device):
 def test_uninstall_puts_back_what_it_replaced_even_around_op_callbacks(device):
     from tensorflow.python import pywrap_tfe  # pylint: disable=import-outside-toplevel
     from tensorflow.python.eager import execute  # pylint: disable=import-outside-toplevel
-    from tensorflow.python.framework import op_def_library  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.framework import (  # pylint: disable=import-outside-toplevel
+        op_def_library)
     from npu_loss_scale.device import saturation  # pylint: disable=import-outside-toplevel
     originals = (op_def_library._apply_op_helper, pywrap_tfe.TFE_Py_FastPathExecute,  # pylint: disable=protected-access
                  execute.quick_execute, execute.execute)

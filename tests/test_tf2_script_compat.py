@@ -221,7 +221,8 @@ def test_npu_device_optimizer_around_a_legacy_optimizer_keeps_the_rank_agreement
     """npu_device's NpuLossScaleOptimizer agrees over the opened device's ranks by default; the
     legacy class it builds for an OptimizerV2 does too, and at one rank decides alone."""
     import npu_device as npu  # pylint: disable=import-outside-toplevel
-    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
     npu.open().as_default()
     opt = NpuLossScaleOptimizer(legacy_optimizers().SGD(0.5), initial_scale=4.0)
     assert type(opt).__name__ == LEGACY_CLASS_NAME
@@ -246,7 +247,8 @@ def test_npu_device_optimizer_converts_to_its_legacy_class_with_the_rank_agreeme
     """Keras 2's convert_to_legacy_optimizer gives npu_device's legacy class (not a string, not
     the package's class without the agreement), around the converted inner optimizer."""
     import keras  # pylint: disable=import-outside-toplevel
-    from npu_device.train.optimizer import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    from npu_device.train.optimizer import (  # pylint: disable=import-outside-toplevel
+        NpuLossScaleOptimizer)
     opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.5), initial_scale=16.0,
                                 dynamic_growth_steps=5)
     converted = keras.__internal__.optimizers.convert_to_legacy_optimizer(opt)

@@ -47,7 +47,8 @@ def loss_scale_manager_from_flag(npu_bert_loss_scale, init_loss_scale_value=DEFA
         argument, the value received and what is accepted. Invalid ``init_loss_scale_value``
         raises the manager's own error.
     """
-    from npu_loss_scale.scaling import managers as policy  # imported here: TensorFlow loads only when a manager is built
+    from npu_loss_scale.scaling import (  # imported here: TensorFlow loads only when a manager is built
+        managers as policy)
 
     value = npu_bert_loss_scale
     if isinstance(value, str):

@@ -199,8 +199,10 @@ def join(eager=False):
         return None
     if size <= 1 or not os.environ.get("TF_CONFIG"):
         return None
-    from tensorflow.python.client import session as session_lib  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.agreement import cluster as agreement  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.client import (  # pylint: disable=import-outside-toplevel
+        session as session_lib)
+    from npu_loss_scale.agreement import (  # pylint: disable=import-outside-toplevel
+        cluster as agreement)
     cluster = agreement.get_collective_cluster()
     if cluster is None:
         return None
@@ -225,7 +227,8 @@ def join(eager=False):
 
 def _join_eager(cluster):
     import logging  # pylint: disable=import-outside-toplevel
-    from tensorflow.core.protobuf import tensorflow_server_pb2  # pylint: disable=import-outside-toplevel
+    from tensorflow.core.protobuf import (  # pylint: disable=import-outside-toplevel
+        tensorflow_server_pb2)
     from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
     address = cluster.cluster_spec.task_address(cluster.task_type, cluster.task_id)
     server_def = tensorflow_server_pb2.ServerDef(

@@ -236,7 +236,8 @@ def _parse(argv, prog=_PROG):
                      if args.as_module else "the script to run is missing")
     args.script_args = argv[_script_position(argv, args) + 1:]
     if args.saturate_every_op:
-        from npu_loss_scale.device import saturation  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import (  # imports TensorFlow  pylint: disable=import-outside-toplevel
+            saturation)
         try:
             saturation._dtype_set(tuple(  # pylint: disable=protected-access
                 d.strip() for d in args.saturate_dtypes.split(",") if d.strip()))
@@ -278,7 +279,8 @@ def main(argv=None, prog=None):
     prog = prog or (_invoked_as() if argv is None else _PROG)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv, prog)
-    from npu_loss_scale._internal.messages import logged_to_stderr  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale._internal.messages import (  # pylint: disable=import-outside-toplevel
+        logged_to_stderr)
     with logged_to_stderr():  # the package's INFO messages (a kernel build, files written)
         return _run(args, argv, prog)
 
@@ -304,7 +306,8 @@ def _run(args, argv, prog):
         sys.argv = [args.module] + args.script_args
         sys.path[0] = os.getcwd()  # as `python -m module` does
 
-    from npu_loss_scale._internal.compat.scripts import NATIVE_TF1  # imports TensorFlow  pylint: disable=import-outside-toplevel
+    from npu_loss_scale._internal.compat.scripts import (  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        NATIVE_TF1)
     if args.tf1 and NATIVE_TF1:
         print("%s: --tf1 changes nothing on TensorFlow 1.15 (its API is TF1's)" % prog,
               file=sys.stderr)
@@ -315,7 +318,8 @@ def _run(args, argv, prog):
               % (prog, real_npu_bridge_origin()), file=sys.stderr)
 
     if shim_in_use:  # the device applies precision_mode itself; the emulation does it on CPU
-        from npu_loss_scale.device import precision  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        from npu_loss_scale.device import (  # imports TensorFlow  pylint: disable=import-outside-toplevel
+            precision)
         precision.set_default_precision_mode(args.precision_mode)
         precision.install_session_hook()
         if args.precision_mode is not None and not tf1_mode:
@@ -341,7 +345,8 @@ def _run(args, argv, prog):
         context = contextlib.nullcontext()
     tools = contextlib.nullcontext()
     if args.overflow_report is not None or args.advise is not None:
-        from npu_loss_scale.cli import report_files  # imports TensorFlow  pylint: disable=import-outside-toplevel
+        from npu_loss_scale.cli import (  # imports TensorFlow  pylint: disable=import-outside-toplevel
+            report_files)
         tools = report_files.entry_point_tools(args.overflow_report, args.advise,
                                                args.advise_loss_scale)
     with tools, context:

@@ -80,7 +80,8 @@ def _keras():
 
 
 def _backend():
-    from npu_loss_scale.detection import backends as detection  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.detection import (  # pylint: disable=import-outside-toplevel
+        backends as detection)
     name = detection.get_backend_name()
     if os.environ.get(detection.ENV_VAR, "").strip():
         return "%s (from %s)" % (name, detection.ENV_VAR)
@@ -90,7 +91,8 @@ def _backend():
 
 def _sat_mode():
     from npu_loss_scale.detection import backends as detection
-    from npu_loss_scale.device import register as emulation  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+        register as emulation)
     try:
         on_device = detection.get_backend_name() == "npu"
     except ValueError:  # a bad backend variable: the backend field says so
@@ -106,7 +108,8 @@ def _sat_mode():
 
 
 def _fused_kernel():
-    from npu_loss_scale._internal import kernels as _kernels  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale._internal import (  # pylint: disable=import-outside-toplevel
+        kernels as _kernels)
     status = _kernels.status()
     text = "%s (mode %s)" % (status["state"], status["mode"])
     if status["state"] == "built":

@@ -88,7 +88,8 @@ def nonfinite_flag(grads, readers=None, reciprocal=None):
     """
     fused = None
     if readers is not None and reciprocal is not None:
-        from npu_loss_scale._internal import kernels as _kernels  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale._internal import (  # pylint: disable=import-outside-toplevel
+            kernels as _kernels)
         fused = _kernels.load_unscale_check()
     sums = []
     for values in floating_values(grads):

@@ -83,7 +83,6 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import env as _env
 from npu_loss_scale._internal import graphs as _graphs
-from npu_loss_scale._internal import messages as _messages
 from npu_loss_scale._internal.compat import py_func
 from npu_loss_scale._internal.compat.lookup import MutableHashTable
 from npu_loss_scale._internal.compat.ops import where

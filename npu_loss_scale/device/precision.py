@@ -205,7 +205,8 @@ def install_session_hook():
     """
     if _patched:
         return
-    from tensorflow.python.client import session as session_lib  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.client import (  # pylint: disable=import-outside-toplevel
+        session as session_lib)
     original = session_lib.BaseSession.__init__
     original_extend = session_lib.BaseSession._extend_graph  # pylint: disable=protected-access
 
@@ -323,7 +324,8 @@ def install_op_precision(mode):
         return mode
     from tensorflow.python import pywrap_tfe  # pylint: disable=import-outside-toplevel
     from tensorflow.python.eager import core, execute  # pylint: disable=import-outside-toplevel
-    from tensorflow.python.framework import func_graph, op_def_library  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.framework import (  # pylint: disable=import-outside-toplevel
+        func_graph, op_def_library)
 
     apply_op = op_def_library._apply_op_helper  # pylint: disable=protected-access
     fast_path = pywrap_tfe.TFE_Py_FastPathExecute

@@ -95,7 +95,8 @@ def _saturate_structure(value):
 # -- every op ------------------------------------------------------------------------------------
 def _op_callbacks():
     try:
-        from npu_loss_scale._internal.compat import op_callbacks  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale._internal.compat import (  # pylint: disable=import-outside-toplevel
+            op_callbacks)
     except ImportError as err:  # pragma: no cover - present in TF 1.15 and every TF 2.x so far
         raise RuntimeError("saturate_every_op needs TensorFlow's op callbacks "
                            "(tensorflow.python.framework.op_callbacks), which did not import: %s. "

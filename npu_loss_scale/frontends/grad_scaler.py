@@ -64,7 +64,6 @@ import tensorflow as tf
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import state_io as _state_io
 from npu_loss_scale._internal.gradients import floating_values, values_of
-from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
 from npu_loss_scale.scaling.unscale import Reciprocal

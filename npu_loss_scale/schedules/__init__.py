@@ -9,10 +9,12 @@
 * :mod:`.warmup_decay` -- :class:`WarmupDecaySchedule`, a rate tensor of ``global_step``.
 """
 from npu_loss_scale.schedules.formulas import LR_DECAY_STYLES, WD_INCR_STYLES, WSD_DECAY_STYLES
-from npu_loss_scale.schedules.overrides import ParamGroupOverride, combine_param_group_overrides, param_group_override_to_tuple
+from npu_loss_scale.schedules.overrides import (
+    ParamGroupOverride, combine_param_group_overrides, param_group_override_to_tuple)
 from npu_loss_scale.schedules.param_groups import ParamGroupOptimizer
 from npu_loss_scale.schedules.param_scheduler import OptimizerParamScheduler
-from npu_loss_scale.schedules.warmup_decay import DECAY_STYLES, WarmupDecaySchedule, warmup_decay_learning_rate
+from npu_loss_scale.schedules.warmup_decay import (
+    DECAY_STYLES, WarmupDecaySchedule, warmup_decay_learning_rate)
 
 __all__ = [
     "OptimizerParamScheduler", "ParamGroupOverride", "param_group_override_to_tuple",

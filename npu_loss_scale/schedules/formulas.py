@@ -78,7 +78,8 @@ class _TensorOps:
 
     def __init__(self):
         import tensorflow as tf  # imported only when a graph schedule is built
-        from npu_loss_scale._internal.compat.ops import where  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale._internal.compat.ops import (  # pylint: disable=import-outside-toplevel
+            where)
         self.tf = tf
         self._where = where
 

@@ -40,7 +40,8 @@ import fnmatch
 import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
-from npu_loss_scale.schedules.overrides import check_override, combine_param_group_overrides, param_group_override_to_tuple
+from npu_loss_scale.schedules.overrides import (
+    check_override, combine_param_group_overrides, param_group_override_to_tuple)
 
 
 def _var_name(var):

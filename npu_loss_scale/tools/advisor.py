@@ -309,8 +309,10 @@ def advise_model(model_fn, batches, input_signature, loss_scale=1.0, learning_ra
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.detection import backends as detection
     from npu_loss_scale.device import saturation  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.optimizers.loss_scale import NPULossScaleOptimizer  # pylint: disable=import-outside-toplevel
-    from npu_loss_scale.scaling.managers import FixedLossScaleManager  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.optimizers.loss_scale import (  # pylint: disable=import-outside-toplevel
+        NPULossScaleOptimizer)
+    from npu_loss_scale.scaling.managers import (  # pylint: disable=import-outside-toplevel
+        FixedLossScaleManager)
     if not callable(model_fn):
         raise TypeError("model_fn must be a callable building the loss; got %r" % (model_fn,))
     if not isinstance(input_signature, dict) or not all(

@@ -9,4 +9,5 @@ import tensorflow as tf
 try:
     MutableHashTable = tf.lookup.experimental.MutableHashTable
 except AttributeError:
-    from tensorflow.python.ops.lookup_ops import MutableHashTable  # pylint: disable=ungrouped-imports
+    from tensorflow.python.ops.lookup_ops import (  # pylint: disable=ungrouped-imports
+        MutableHashTable)

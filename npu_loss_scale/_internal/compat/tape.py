@@ -11,7 +11,8 @@ def _module():
     try:
         from tensorflow.python.eager import record  # pylint: disable=import-outside-toplevel
     except ImportError:
-        from tensorflow.python.eager import tape as record  # pylint: disable=import-outside-toplevel
+        from tensorflow.python.eager import (  # pylint: disable=import-outside-toplevel
+            tape as record)
     return record
 
 

@@ -12,7 +12,8 @@ def _trackable_base():
     try:
         from tensorflow.python.trackable import base  # pylint: disable=import-outside-toplevel
     except ImportError:
-        from tensorflow.python.training.tracking import base  # pylint: disable=import-outside-toplevel
+        from tensorflow.python.training.tracking import (  # pylint: disable=import-outside-toplevel
+            base)
     return base
 
 
@@ -51,8 +52,10 @@ class ExtraChildren:
 
 def _saveable_modules():
     # The same paths on every supported release (1.15 to 2.21).
-    from tensorflow.python.training.saving import saveable_object  # pylint: disable=import-outside-toplevel
-    from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.training.saving import (  # pylint: disable=import-outside-toplevel
+        saveable_object)
+    from tensorflow.python.training.saving import (  # pylint: disable=import-outside-toplevel
+        saveable_object_util)
     return saveable_object, saveable_object_util
 
 

@@ -53,7 +53,7 @@ import sys
 # imported here, before the import hooks exist: imported from inside a hook while the standard
 # library's own sysconfig is being imported (Python 3.7 and 3.9 import it late), it is
 # half-initialised
-import sysconfig
+import sysconfig  # noqa: F401  pylint: disable=unused-import
 
 from npu_loss_scale.ascend.tf1.contrib_imports import _CONTRIB, _ContribFinder, _import_contrib
 from npu_loss_scale.ascend.tf1.keras_paths import (  # noqa: F401  (moved_keras_module: public)

@@ -62,7 +62,6 @@ def _module_with_moved_names(name):
     that moved out of it (:data:`_MOVED_NAMES`)."""
     cache = _state.setdefault("moved_names", {})
     if name not in cache:
-        import importlib  # pylint: disable=import-outside-toplevel
         import types  # pylint: disable=import-outside-toplevel
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         real = _real_module(name)

@@ -1,8 +1,6 @@
-"""The namespace objects that stand for ``tf.contrib`` and its submodules: a name not mapped raises an
-AttributeError that names it."""
+"""The namespace objects that stand for ``tf.contrib`` and its submodules: a name not mapped
+raises an AttributeError that names it."""
 import types
-
-import tensorflow as tf
 
 
 class _Namespace(types.SimpleNamespace):

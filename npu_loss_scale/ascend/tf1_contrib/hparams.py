@@ -1,8 +1,6 @@
 """``tf.contrib.training.HParams``: a hyper-parameter container with TF 1.15's methods."""
 import json
 
-import tensorflow as tf
-
 
 class HParams:
     """Named hyper-parameters, as ``tf.contrib.training.HParams`` held them.

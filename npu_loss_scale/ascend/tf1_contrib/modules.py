@@ -2,7 +2,6 @@
 this package, ``tf_slim`` modules, or the ``npu_bridge`` modules of the pre-``npu_bridge`` path."""
 import importlib
 
-import tensorflow as tf
 
 from npu_loss_scale.ascend.tf1_contrib._namespace import _Namespace
 
