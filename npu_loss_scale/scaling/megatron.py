@@ -51,7 +51,7 @@ from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import state_io as _state_io
 from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
-from npu_loss_scale.scaling.managers import LOSS_SCALE_TENSOR_NAME, LossScaleManager
+from npu_loss_scale.scaling.base import LOSS_SCALE_TENSOR_NAME, LossScaleManager
 
 STUCK_MESSAGE = "npu_loss_scale: loss scale stuck at its minimum"
 
