@@ -39,6 +39,7 @@ def _add(acc, grad):
     return acc.assign_add(tf.cast(grad, acc.dtype))
 
 
+@tf.autograph.experimental.do_not_convert   # builds the ops itself (tf.cond): nothing to convert
 def accumulating_apply(optimizer, distribution, grads_and_vars, global_step, name, state):
     """(finite, step report) of one micro-batch's run: a deciding run's own, or on a waiting run
     finite True, the current loss scale and skipped count (no ``next_loss_scale``, no

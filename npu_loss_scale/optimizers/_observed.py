@@ -22,11 +22,16 @@ from npu_loss_scale._internal.compat.variables import key as variable_key
 
 __all__ = ["mark", "split", "reached"]
 
+# Graph-building helpers over Python lists: run as written when called from code AutoGraph
+# converts (a tf.distribute replica function, a tf.function).
+_as_is = tf.autograph.experimental.do_not_convert
+
 
 def _values(grad):
     return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
+@_as_is
 def mark(attr, grads_and_vars, check):
     """Remembers, in the graph being built (under the graph attribute ``attr``), that these
     gradients were checked in scaled form (``check``: (tensor the read waits for or None, their
@@ -55,6 +60,7 @@ def _marks(attr):
     return marks
 
 
+@_as_is
 def split(attr, grads_and_vars):
     """(flags of observed gradients, tensors to wait for, gradients nothing checked yet).
 
@@ -96,6 +102,7 @@ def _use_check(check, flags, waits, seen):
     waits += [wait] if wait is not None else []
 
 
+@_as_is
 def reached(tensors, targets):
     """Ids of the ``targets`` tensors that ``tensors`` are computed from (one graph walk)."""
     found, seen = set(), set()

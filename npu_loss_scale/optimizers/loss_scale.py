@@ -15,7 +15,7 @@ from npu_loss_scale._internal.compat.variables import Variable, snapshot
 from npu_loss_scale._internal.counter import Counter
 from npu_loss_scale.optimizers import _accumulation, _observed
 from npu_loss_scale.scaling.unscale import Reciprocal, unscale_gradient
-from npu_loss_scale.scaling.managers import as_manager
+from npu_loss_scale.scaling.base import as_manager
 
 __all__ = ["NPULossScaleOptimizer", "FINITE_OP_NAME", "SUMMARY_SCOPE"]
 

@@ -54,7 +54,7 @@ from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale._internal.compat.variables import Variable, key as variable_key
 from npu_loss_scale.scaling.megatron import ConstantGradScaler
 from npu_loss_scale.optimizers.loss_scale import SUMMARY_SCOPE, NPULossScaleOptimizer
-from npu_loss_scale.scaling.managers import LossScaleManager
+from npu_loss_scale.scaling.base import LossScaleManager
 
 _LOW_PRECISION = (tf.float16, tf.bfloat16)
 MAIN_PARAM_SUFFIX = "fp32_main"

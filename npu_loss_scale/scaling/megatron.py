@@ -27,10 +27,10 @@ calls) takes the gradients and returns ``(update_op, should_apply)``. Here ``upd
 * anything else (a lone gradient tensor of several elements, a Python float, a string, None)
   is a ``TypeError`` naming ``found_inf`` and what is accepted.
 
-The same dispatch wraps the ``update`` of every subclass, so a subclass that defines only
-Megatron's methods (``update(found_inf)``, ``state_dict()``, ``load_state_dict(state_dict)``)
-works with every optimizer; its ``update`` receives ``found_inf`` as a Python bool or a scalar
-bool tensor. NPULossScaleOptimizer itself calls ``update_loss_scale(finite)``, which is
+The same dispatch (:mod:`npu_loss_scale.scaling.found_inf`) wraps the ``update`` of every
+subclass, so a subclass that defines only Megatron's methods (``update(found_inf)``,
+``state_dict()``, ``load_state_dict(state_dict)``) works with every optimizer; its ``update``
+receives ``found_inf`` as a Python bool or a scalar bool tensor. NPULossScaleOptimizer itself calls ``update_loss_scale(finite)``, which is
 ``update(not finite)``.
 
 Eager and graph mode
@@ -42,7 +42,6 @@ returns the op that does. ``scale`` and ``inv_scale`` are float32 scalar tensors
 """
 import abc
 import collections
-import functools
 
 import numpy as np
 import tensorflow as tf
@@ -51,93 +50,10 @@ from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import state_io as _state_io
 from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
-from npu_loss_scale.scaling.managers import LOSS_SCALE_TENSOR_NAME, LossScaleManager
+from npu_loss_scale.scaling.base import LOSS_SCALE_TENSOR_NAME, LossScaleManager
+from npu_loss_scale.scaling.found_inf import dispatching_update, found_inf_flag
 
 STUCK_MESSAGE = "npu_loss_scale: loss scale stuck at its minimum"
-
-
-FOUND_INF_ACCEPTED = (
-    "found_inf (Megatron's overflow flag; nonzero = the step overflowed) is a Python bool, a "
-    "Python int 0 or 1, a NumPy bool, integer or float scalar, or a bool or numeric (integer "
-    "or floating) tensor or array with exactly one element, such as Megatron's float32 found_inf of shape "
-    "[1]; TensorFlow's gradients go in a list, tuple or dict")
-
-
-def _found_inf_error(value, why=""):
-    return TypeError("update(): %s; got %r (type %s)%s"
-                     % (FOUND_INF_ACCEPTED, value, type(value).__name__, why))
-
-
-def _flag_dtype_ok(dtype):
-    return dtype == tf.bool or dtype.is_integer or dtype.is_floating
-
-
-def _as_found_inf(value):
-    """Megatron's ``found_inf`` as a Python bool or a scalar bool tensor.
-
-    Returns None when ``value`` is TensorFlow's gradients (a list, tuple, dict or other nested
-    structure); raises TypeError when it is neither (see :data:`FOUND_INF_ACCEPTED`)."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, int):                       # a Python int, not a bool (handled above)
-        if value in (0, 1):
-            return bool(value)
-        raise _found_inf_error(value, " (a Python int is a flag only as 0 or 1)")
-    if isinstance(value, np.generic):
-        if np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype, np.floating):
-            return bool(value != 0)
-        raise _found_inf_error(value)
-    if isinstance(value, np.ndarray):
-        if not (value.dtype == np.bool_ or np.issubdtype(value.dtype, np.integer)
-                or np.issubdtype(value.dtype, np.floating)):
-            raise _found_inf_error(value)
-        if value.size != 1:
-            raise _found_inf_error(value, " (an array of %d elements)" % value.size)
-        return bool(value.reshape(()) != 0)
-    if isinstance(value, (tf.Tensor, tf.Variable)):
-        tensor = tf.convert_to_tensor(value)
-        if not _flag_dtype_ok(tensor.dtype):
-            raise _found_inf_error(value)
-        size = tensor.shape.num_elements()
-        if size is not None and size != 1:
-            raise _found_inf_error(value, " (a tensor of %d elements)" % size)
-        if size is None:   # graph mode, shape not known yet: checked when it runs
-            check = tf.debugging.assert_equal(
-                tf.size(tensor), 1, message="update(): found_inf must have exactly one element")
-            with tf.control_dependencies([check]):
-                tensor = tf.identity(tensor)
-        tensor = tf.reshape(tensor, [])
-        if tensor.dtype != tf.bool:
-            tensor = tf.not_equal(tensor, tf.zeros([], tensor.dtype))
-        return tensor
-    if tf.nest.is_nested(value):
-        return None
-    raise _found_inf_error(value)
-
-
-def _found_inf_flag(found_inf):
-    """A scalar bool tensor from anything :func:`_as_found_inf` takes as ``found_inf``."""
-    flag = _as_found_inf(found_inf)
-    if flag is None:
-        raise _found_inf_error(found_inf)
-    return tf.convert_to_tensor(flag, dtype=tf.bool)
-
-
-def _dispatching_update(method):
-    """Wraps a Megatron-style ``update(found_inf)`` so TensorFlow's ``update(grads)`` works too.
-
-    ``found_inf`` reaches ``method`` as a Python bool or a scalar bool tensor."""
-
-    @functools.wraps(method)
-    def update(self, found_inf_or_grads):
-        flag = _as_found_inf(found_inf_or_grads)
-        if flag is not None:
-            return method(self, flag)
-        # TensorFlow's LossScale.update(grads): returns (update_op, should_apply_gradients).
-        return LossScaleManager.update(self, found_inf_or_grads)
-
-    update._npu_loss_scale_dispatch = True  # pylint: disable=protected-access
-    return update
 
 
 class MegatronGradScaler(LossScaleManager):
@@ -169,7 +85,7 @@ class MegatronGradScaler(LossScaleManager):
         super().__init_subclass__(**kwargs)
         method = cls.__dict__.get("update")
         if method is not None and not getattr(method, "_npu_loss_scale_dispatch", False):
-            cls.update = _dispatching_update(method)
+            cls.update = dispatching_update(method)
 
     def __init__(self, initial_scale):
         self._initial_scale = _checks.real_number(
@@ -270,7 +186,7 @@ class ConstantGradScaler(MegatronGradScaler):
     """
 
     def update(self, found_inf):
-        _found_inf_flag(found_inf)
+        found_inf_flag(found_inf)
         if tf.executing_eagerly():
             return None
         return tf.no_op(name="constant_grad_scaler_update")
@@ -427,7 +343,7 @@ class DynamicGradScaler(MegatronGradScaler):
         return [s["scale_var"], s["growth_var"], s["hysteresis_var"], s["at_min_var"]]
 
     def update(self, found_inf):
-        overflow = _found_inf_flag(found_inf)
+        overflow = found_inf_flag(found_inf)
         s = self._state()
         scale = tf.convert_to_tensor(s["scale_var"])
         growth = tf.convert_to_tensor(s["growth_var"])
