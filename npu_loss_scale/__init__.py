@@ -39,7 +39,7 @@ _EXPORTS = {
     "NPULossScaleOptimizer": (".optimizers.loss_scale", "NPULossScaleOptimizer"),
     "ExponentialUpdateLossScaleManager": (".scaling.managers", "ExponentialUpdateLossScaleManager"),
     "FixedLossScaleManager": (".scaling.managers", "FixedLossScaleManager"),
-    "LossScaleManager": (".scaling.managers", "LossScaleManager"),
+    "LossScaleManager": (".scaling.base", "LossScaleManager"),
     "ConstantGradScaler": (".scaling.megatron", "ConstantGradScaler"),
     "DynamicGradScaler": (".scaling.megatron", "DynamicGradScaler"),
     "MegatronGradScaler": (".scaling.megatron", "MegatronGradScaler"),
@@ -78,8 +78,9 @@ if TYPE_CHECKING:  # what editors and type checkers see; the names load lazily (
         BACKEND_NAMES, ENV_VAR as BACKEND_ENV_VAR, clear_overflow_status, get_backend_name)
     from npu_loss_scale.optimizers.loss_scale import (  # noqa: F401
         NPULossScaleOptimizer)
+    from npu_loss_scale.scaling.base import LossScaleManager  # noqa: F401
     from npu_loss_scale.scaling.managers import (  # noqa: F401
-        ExponentialUpdateLossScaleManager, FixedLossScaleManager, LossScaleManager)
+        ExponentialUpdateLossScaleManager, FixedLossScaleManager)
     from npu_loss_scale.scaling.megatron import (  # noqa: F401
         ConstantGradScaler, DynamicGradScaler, MegatronGradScaler)
     from npu_loss_scale.optimizers.megatron import (  # noqa: F401

@@ -95,3 +95,17 @@ def test_a_malformed_rank_size_is_refused_by_the_report_path_and_ignored_by_the_
                                     '"task": {"type": "worker", "index": 0}}')
     monkeypatch.setattr(ranks, "_state", {})
     assert ranks.join() is None                       # not a rank of a --ranks run
+
+
+def test_a_refused_rank_variable_leaves_localisation_as_it_was(monkeypatch, tmp_path):
+    """--overflow-report with RANK_SIZE=two is refused before localisation is switched on (it
+    stayed on, for the rest of the process, when the refusal came after the switch)."""
+    from npu_loss_scale.cli import report_files  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import localisation  # pylint: disable=import-outside-toplevel
+    monkeypatch.setenv("RANK_SIZE", "two")
+    before = localisation.get_mode()
+    with pytest.raises(ValueError, match="RANK_SIZE must be an integer"):
+        with report_files.entry_point_tools(str(tmp_path / "overflow.jsonl")):
+            pass
+    assert localisation.get_mode() == before
+    assert localisation.report_path() is None

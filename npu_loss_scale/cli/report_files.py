@@ -14,15 +14,16 @@ def entry_point_tools(overflow_report=None, advise=None, advise_loss_scale=1.0):
     the script: localisation on (observe mode with ``advise``), the JSON-lines report written to
     ``overflow_report``, and at the end the advice (:mod:`npu_loss_scale.tools.advisor`) printed to
     stderr and written as JSON to ``advise`` (where the files went is logged on the
-    ``npu_loss_scale`` logger at INFO, which the command shows). In a rank of several (``--ranks N``) each file
-    name gets ``.rank<RANK_ID>`` before its extension."""
+    ``npu_loss_scale`` logger at INFO, which the command shows). In a rank of several (``--ranks
+    N``) each file name gets ``.rank<RANK_ID>`` before its extension."""
     if overflow_report is None and advise is None:
         yield
         return
-    observe = advise is not None
-    previous = localisation.set_mode(localisation.OBSERVE if observe else localisation.OVERFLOW)
+    # the file names first: a bad RANK_SIZE or RANK_ID refuses them before anything changes
     per_rank = localisation._per_rank  # pylint: disable=protected-access
     overflow_report, advise = per_rank(overflow_report), per_rank(advise)
+    observe = advise is not None
+    previous = localisation.set_mode(localisation.OBSERVE if observe else localisation.OVERFLOW)
     if overflow_report is not None:
         localisation.set_report_path(overflow_report)
     if advise is not None:
