@@ -3,8 +3,9 @@
 Builds a one-variable model, wraps its optimizer, runs one step, and records (with
 ``sys.setprofile``) every function of the package called from the optimizer's first method to
 the end of the step's ``session.run`` (a module's first import left out). Prints the files in
-order, their count, and every call from a file into a file of a higher layer (the layers of
-tests/test_layers.py), which the layout should leave at none.
+order, their count, and every call from a file into a function of a file of a higher layer (the
+layers of tests/test_layers.py; methods of objects handed down, such as a manager's, do not
+count), which the layout should leave at none.
 
     python scripts/step_path.py                       # NPULossScaleOptimizer, TF1 graph
     python scripts/step_path.py --front-end grad_scaler   # GradScaler, one eager step
@@ -41,7 +42,9 @@ def _layer_of(relpath):
 
 class Recorder:
     """Package files entered while recording, in first-entered order, and the calls made from a
-    package file into a file of a higher layer (a call back up)."""
+    package file into a function of a file of a higher layer (a call back up; a method called on
+    an object the lower layer was handed, such as a manager's, does not count: that is the
+    lower layer's contract, not knowledge of the higher one)."""
 
     def __init__(self):
         self.files = []
@@ -60,6 +63,9 @@ class Recorder:
         if path not in self._seen:
             self._seen.add(path)
             self.files.append(rel)
+        code = frame.f_code
+        if code.co_argcount and code.co_varnames[0] in ("self", "cls"):
+            return  # a method, reached through an object the caller was handed, not an import
         caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
         if caller.startswith(PACKAGE_DIR) and caller != path:
             caller_rel = os.path.relpath(caller, os.path.dirname(PACKAGE_DIR))
@@ -96,6 +102,8 @@ def npu_loss_scale_optimizer_step():
 
 def grad_scaler_step():
     """One eager GradScaler step; returns the recorder."""
+    if not tf.executing_eagerly():
+        tf.compat.v1.enable_eager_execution()  # TensorFlow 1.15 starts in graph mode
     w = tf.Variable([1.0, 2.0])
     inner = tf.keras.optimizers.SGD(0.1)
     scaler = nls.GradScaler(init_scale=2.0 ** 10, backend="emulation")

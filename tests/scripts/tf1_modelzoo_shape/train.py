@@ -8,8 +8,7 @@ where ``tf.contrib`` came from, then one per step: ``w``, ``global_step`` and th
 """
 import json
 
-from npu_bridge.npu_init import (  # noqa: F401,F403  pylint: disable=wildcard-import,unused-wildcard-import
-    *)
+from npu_bridge.npu_init import *  # noqa: F401,F403  pylint: disable=wildcard-import,unused-wildcard-import
 import tensorflow as tf
 
 flags = tf.app.flags
