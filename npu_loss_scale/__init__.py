@@ -121,6 +121,7 @@ class _OldPaths(importlib.abc.MetaPathFinder):
     First on ``sys.meta_path``; it lets every module of today's layout load as usual and imports
     the table of old paths only when a name is not one of them, or is a submodule of an old
     package path (``npu_loss_scale._compat.ops``: found there, it would load a second time).
+    A namespace package found under a name does not count as a module of today's layout.
     """
 
     def find_spec(self, fullname, path=None, target=None):  # pylint: disable=unused-argument
@@ -128,9 +129,12 @@ class _OldPaths(importlib.abc.MetaPathFinder):
             return None
         parent = fullname.rpartition(".")[0]
         parent_module = sys.modules.get(parent)
-        if ((parent_module is None or parent_module.__name__ == parent)
-                and importlib.machinery.PathFinder.find_spec(fullname, path) is not None):
-            return None
+        if parent_module is None or parent_module.__name__ == parent:
+            found = importlib.machinery.PathFinder.find_spec(fullname, path)
+            # a file of today's layout; not a folder left without files, which imports as an
+            # empty namespace package (an old package path's __pycache__ after an update)
+            if found is not None and found.has_location:
+                return None
         from npu_loss_scale._internal import moved  # pylint: disable=import-outside-toplevel
         return moved.find_spec(fullname)
 

@@ -163,3 +163,14 @@ def test_the_emulate_command_runs_from_its_documented_path_without_a_warning():
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == nls.__version__
     assert "Deprecation" not in result.stderr
+
+
+def test_a_folder_left_at_an_old_package_path_does_not_hide_the_alias(tmp_path):
+    """An update of a checkout leaves ``_compat/__pycache__`` behind: that empty folder imports as
+    a namespace package unless the finder of old paths answers first; a real file still wins."""
+    (tmp_path / "_compat" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "scaling.py").write_text("")
+    finder = nls._OldPaths()  # pylint: disable=protected-access
+    spec = finder.find_spec("npu_loss_scale._compat", [str(tmp_path)])
+    assert spec is not None and type(spec.loader).__name__ == "_Alias"
+    assert finder.find_spec("npu_loss_scale.scaling", [str(tmp_path)]) is None
