@@ -29,13 +29,13 @@ import npu_loss_scale as nls  # noqa: E402
 PACKAGE_DIR = os.path.dirname(os.path.abspath(nls.__file__))
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+import test_layers  # noqa: E402  (the layers, as the layer test defines them)
+sys.path.pop(0)
+
+
 def _layer_of(relpath):
     """The layer (tests/test_layers.py's LAYERS) of a package file, by its first folder."""
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-    try:
-        import test_layers  # pylint: disable=import-outside-toplevel
-    finally:
-        sys.path.pop(0)
     module = relpath[:-3].replace(os.sep, ".")
     return test_layers.LAYER_OF.get(test_layers.unit_of(module))
 

@@ -306,7 +306,6 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
             aggregation_method=aggregation_method,
             colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
         grads = [g for g, _ in grads_and_vars]
-        variables = [v for g, v in grads_and_vars if g is not None]
         if not self._check_overflow:
             return list(zip(self._unscale_grads(grads), [v for _, v in grads_and_vars]))
         # The check of the scaled gradients: one read pass (or none: the npu register). Each

@@ -43,7 +43,6 @@ returns the op that does. ``scale`` and ``inv_scale`` are float32 scalar tensors
 import abc
 import collections
 
-import numpy as np
 import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
