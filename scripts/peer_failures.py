@@ -20,10 +20,11 @@ more than one rank completed left the same decision, loss scale, counters, ``glo
 variables on all of them - no rank applied a step another skipped.
 
 One exception, named in the result (``tf_crashes``): under TF collectives, a surviving rank
-that TensorFlow itself kills with SIGSEGV while its CollectiveReduceV2 aborts on the timeout of
-a stall (TF 2.21 does so in about one 4-rank stall run in three; the rank's log ends in TF's
-abort messages) is counted as TensorFlow's crash, provided another survivor raised the
-AgreementError; the step-state check still covers every step that rank completed.
+that TensorFlow itself kills (SIGSEGV, or SIGABRT from a failed check of its own locks) while
+its CollectiveReduceV2 aborts on the timeout of a stall (TF 2.21 does so in about one 4-rank
+stall run in three) is counted as TensorFlow's crash, only when that rank's own log shows TF's
+abort messages and another survivor raised the AgreementError; the step-state check still
+covers every step that rank completed.
 
 Usage::
 
@@ -291,13 +292,26 @@ def run_scenario(backend, n, fault, timeout, out, *, fault_rank=1, fault_step=3,
         err_path = os.path.join(out, "rank%d.error.json" % rank)
         error = json.load(open(err_path)) if os.path.exists(err_path) else None
         ended = [float(p[-1]) for p in _progress(out, rank) if p and p[0] in ("done",)]
-        ranks.append({"records": records, "error": error,
-                      "done": bool(ended)})
+        log_path = os.path.join(out, "log.rank%d.txt" % rank)
+        log = open(log_path).read() if os.path.exists(log_path) else ""
+        ranks.append({"records": records, "error": error, "done": bool(ended), "log": log})
     return {"backend": backend, "n": n, "fault": fault, "timeout": timeout,
             "fault_rank": fault_rank, "fault_step": fault_step, "steps": steps,
             "returncodes": [p.returncode for p in procs], "hung": hung, "fault_at": fault_at,
             "elapsed": time.time() - start, "ranks": ranks, "output": output,
             "late_seconds": late_seconds}
+
+
+# What a rank's own log shows when TensorFlow's collective executor aborts on its timeout.
+TF_ABORT_MARKS = ("BaseCollectiveExecutor::StartAbort", "Aborting RingReduce")
+
+
+def _tf_abort_crash(code, log, fault):
+    """Whether a rank that left no error was killed by TensorFlow while its collective aborted:
+    SIGSEGV, or SIGABRT from a failed check in TF's own locking, in a stall, after its log
+    shows the abort."""
+    return (fault == "stall" and code in (-signal.SIGSEGV, -signal.SIGABRT)
+            and any(mark in log for mark in TF_ABORT_MARKS))
 
 
 def check(result, margin=60.0):
@@ -350,11 +364,11 @@ def check(result, margin=60.0):
             if rank == result["fault_rank"]:
                 continue
             code = result["returncodes"][rank] if backend == "collective" else None
-            if code == -signal.SIGSEGV and fault == "stall" and any(
+            if _tf_abort_crash(code, info.get("log", ""), fault) and any(
                     (ranks[r]["error"] or {}).get("type") == "AgreementError"
                     for r in survivors if r != result["fault_rank"]):
                 # TensorFlow's own crash, not a silent rank: TF 2.21's CollectiveReduceV2
-                # sometimes segfaults while aborting on its timeout (about one 4-rank stall run
+                # sometimes crashes while aborting on its timeout (about one 4-rank stall run
                 # in three); the other survivors raised the AgreementError, and no rank
                 # applied a step another skipped (checked above)
                 result.setdefault("tf_crashes", []).append(rank)

@@ -105,7 +105,8 @@ def test_collective_a_stalled_rank_makes_the_three_others_fail_within_the_timeou
     result = _run(tmp_path, "collective", 4, "stall")
     errors = _survivor_errors(result)
     # every survivor raised the AgreementError, but for a rank TF 2.21 itself crashed
-    # (SIGSEGV while its collective aborted; see scripts/peer_failures.py), which check() names
+    # (SIGSEGV or SIGABRT while its collective aborted; see scripts/peer_failures.py), which
+    # check() names
     crashed = result.get("tf_crashes", [])
     assert len(errors) + len(crashed) == 3 and len(errors) >= 1
     assert all(e["type"] == "AgreementError" and e["timeout"] == TIMEOUT for e in errors)
@@ -140,14 +141,17 @@ class TestHorovod:
 
 
 def test_check_names_a_tensorflow_crash_and_still_fails_a_silent_rank():
-    """check() on made-up results (no processes): a survivor killed by SIGSEGV during a stall's
-    abort counts as TensorFlow's crash only while another survivor raised the AgreementError;
-    a survivor that stopped with neither an error nor a crash signal is a problem."""
+    """check() on made-up results (no processes): a survivor killed by SIGSEGV or SIGABRT during
+    a stall's abort counts as TensorFlow's crash only while its own log shows TF's abort and
+    another survivor raised the AgreementError; a survivor that stopped with neither an error
+    nor such a crash is a problem."""
     message = ("npu_loss_scale agreement 'collective' (TF CollectiveReduceV2 over 4 processes) "
                "failed ...: not every rank took part within the timeout of 6 s")
+    aborted = ("E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort "
+               "DEADLINE_EXCEEDED: Collective has timed out during execution.\n")
 
-    def result(codes, errors):
-        ranks = [{"records": [], "done": False,
+    def result(codes, errors, log=aborted):
+        ranks = [{"records": [], "done": False, "log": log,
                   "error": {"type": "AgreementError", "message": message, "at": 106.0}
                   if errors[r] else None} for r in range(4)]
         return {"backend": "collective", "n": 4, "fault": "stall", "timeout": 6.0,
@@ -156,6 +160,16 @@ def test_check_names_a_tensorflow_crash_and_still_fails_a_silent_rank():
 
     crashed = result([3, 3, -11, 3], [True, True, False, True])
     assert peer_failures.check(crashed) == [] and crashed["tf_crashes"] == [2]
+    # TF 2.21 also stops a rank with SIGABRT: "Mutex corrupt" in its locks during the abort
+    aborted_lock = result([3, 3, 3, -6], [True, True, True, False])
+    assert peer_failures.check(aborted_lock) == [] and aborted_lock["tf_crashes"] == [3]
+    # the same signal without TF's abort in the rank's log is not TensorFlow's known crash
+    no_abort = result([3, 3, 3, -6], [True, True, True, False], log="Traceback ...\n")
+    assert peer_failures.check(no_abort) == [
+        "rank 3 stopped without a clear error (killed by signal 6)"]
+    killed = result([3, 3, 3, -9], [True, True, True, False])
+    assert peer_failures.check(killed) == [
+        "rank 3 stopped without a clear error (killed by signal 9)"]
     alone = result([3, 3, -11, -11], [False, True, False, False])   # only the stalled rank
     assert peer_failures.check(alone) == [
         "rank 0 stopped without a clear error",
