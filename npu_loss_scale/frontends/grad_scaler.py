@@ -62,7 +62,7 @@ import numpy as np
 import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
-from npu_loss_scale._internal import state_io as _state_io
+from npu_loss_scale._internal import staged as _staged
 from npu_loss_scale._internal.gradients import floating_values, values_of
 from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
@@ -208,7 +208,7 @@ class _PlainState:
     """Holds the scaler's Python bookkeeping outside tf.Module's attribute tracking."""
 
 
-class GradScaler(_state_io.StagedChildren, tf.Module):
+class GradScaler(_staged.StagedChildren, tf.Module):
     """Loss scaling for TensorFlow 2 loops with ``torch.amp.GradScaler``'s interface and rules.
 
     See the module docstring for the rules and an example, and docs/grad_scaler.md for the
@@ -261,8 +261,8 @@ class GradScaler(_state_io.StagedChildren, tf.Module):
                                                    trainable=False, name="backoff_factor")
                 self._growth_interval = tf.Variable(growth_interval, dtype=tf.int32,
                                                     trainable=False, name="growth_interval")
-            # A tf.train.Checkpoint restores the five all or nothing (see _state_io.StagedState).
-            py.staged = _state_io.StagedState("GradScaler", {
+            # A tf.train.Checkpoint restores the five all or nothing (see _staged.StagedState).
+            py.staged = _staged.StagedState("GradScaler", {
                 "_scale": self._scale, "_growth_tracker": self._growth_tracker,
                 "_growth_factor": self._growth_factor, "_backoff_factor": self._backoff_factor,
                 "_growth_interval": self._growth_interval})

@@ -62,7 +62,7 @@ import threading
 import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
-from npu_loss_scale._internal import state_io as _state_io
+from npu_loss_scale._internal import staged as _staged
 from npu_loss_scale._internal.compat import keras as compat_keras
 from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale.scaling.unscale import Reciprocal, unscale_gradient
@@ -180,7 +180,7 @@ def _build_keras3():
             self.last_step_finite = None
             # Set outside Keras's tracking: neither is a checkpoint child of its own.
             self.__dict__["_npu_staged"] = None
-            self.__dict__["_npu_variables_list"] = _state_io.StagedList(
+            self.__dict__["_npu_variables_list"] = _staged.StagedList(
                 lambda: self._variables, lambda: self.__dict__.get("_npu_staged"),
                 before_lookup=self._npu_refuse_pending)
 
@@ -199,7 +199,7 @@ def _build_keras3():
         # -- tf.train.Checkpoint restores of the loss-scale state, all or nothing ------------
         # Keras tracks each of its optimizer variables twice: by name and as an entry of
         # `_variables`. Both references lead to one stand-in per state variable (one checkpoint
-        # key, restored once into the staging of _state_io.StagedState), so a refused value
+        # key, restored once into the staging of _staged.StagedState), so a refused value
         # leaves all three as they were.
         def _npu_refuse_pending(self):
             """A checkpoint read before the build and holding a value that does not fit is
@@ -208,7 +208,7 @@ def _build_keras3():
             inside its first traced step)."""
             if self.built:
                 return
-            _state_io.refuse_pending(
+            _staged.refuse_pending(
                 "NpuLossScaleOptimizer",
                 [(self, {name: name for name in _KERAS3_STATE}),
                  (self.__dict__["_npu_variables_list"], {})], _KERAS3_ACCEPTED)
@@ -225,7 +225,7 @@ def _build_keras3():
                 for name, var in tracked.items():
                     self._handle_deferred_dependencies(name, var)
             else:
-                staged = _state_io.StagedState("NpuLossScaleOptimizer", values, tracked)
+                staged = _staged.StagedState("NpuLossScaleOptimizer", values, tracked)
                 self.__dict__["_npu_staged"] = staged
                 staged.restore_deferred([(self, {name: name for name in _KERAS3_STATE}),
                                          (listing, listing.state_indices())])
@@ -325,7 +325,7 @@ def _build_keras2():
     legacy_optimizer = classes.legacy_optimizer
     state_base = classes.dynamic_state
 
-    class _NpuLossScaleState(_state_io.StagedChildren, state_base):
+    class _NpuLossScaleState(_staged.StagedChildren, state_base):
         """Keras 2's dynamic loss-scale state, deciding with the package's detection.
 
         ``multiplier=1`` gives a fixed scale (``dynamic=False``) that still skips overflowed steps.
@@ -336,8 +336,8 @@ def _build_keras2():
             self._npu_check = check
             self._last_step_finite = self._add_weight(name="last_step_finite", dtype=tf.bool,
                                                       initial_value=True)
-            # A tf.train.Checkpoint restores the three all or nothing (_state_io.StagedState).
-            self._npu_staged = _state_io.StagedState("NpuLossScaleOptimizer", {
+            # A tf.train.Checkpoint restores the three all or nothing (_staged.StagedState).
+            self._npu_staged = _staged.StagedState("NpuLossScaleOptimizer", {
                 "current_loss_scale": self.current_loss_scale, "good_steps": self.counter,
                 "last_step_finite": self._last_step_finite})
 

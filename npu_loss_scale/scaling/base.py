@@ -14,6 +14,7 @@ import tensorflow as tf
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import gradients as _gradients
 from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale._internal import staged as _staged
 from npu_loss_scale._internal import state_io as _state_io
 from npu_loss_scale._internal.compat.loss_scale_optimizer import MANAGER_BASES
 from npu_loss_scale._internal.compat.variables import Variable
@@ -37,7 +38,7 @@ class _WholeVariable(tf.Variable.SaveSliceInfo):
         return ""
 
 
-class LossScaleManager(_state_io.StagedChildren, *MANAGER_BASES, metaclass=abc.ABCMeta):
+class LossScaleManager(_staged.StagedChildren, *MANAGER_BASES, metaclass=abc.ABCMeta):
     """Base class of loss-scale managers.
 
     Subclasses implement :meth:`get_loss_scale` and :meth:`update_loss_scale` (the contract of
@@ -110,7 +111,7 @@ class LossScaleManager(_state_io.StagedChildren, *MANAGER_BASES, metaclass=abc.A
         finally:
             self._pending_weights = None
         if state["_weights"]:
-            state["_staged"] = _state_io.StagedState(type(self).__name__, state["_weights"])
+            state["_staged"] = _staged.StagedState(type(self).__name__, state["_weights"])
             self._restore_deferred(state["_staged"])
         if state.get("loss_scale") is not None and state["_weights"]:
             # the graph's scale, used by every step, waits for the check of the whole state
@@ -120,7 +121,7 @@ class LossScaleManager(_state_io.StagedChildren, *MANAGER_BASES, metaclass=abc.A
 
     def _restore_deferred(self, staged):
         """Restores what a checkpoint read before these weights existed holds for them, all or
-        nothing (see :class:`npu_loss_scale._internal.state_io.StagedState`)."""
+        nothing (see :class:`npu_loss_scale._internal.staged.StagedState`)."""
         self._maybe_initialize_trackable()
         deferred = self._deferred_dependencies
         for name in staged.children:

@@ -20,7 +20,7 @@ Checkpoints: the variables carry Ascend's names. In a ``tf.compat.v1`` graph a p
 checkpoint written on the device restores here and the other way round, with no ``var_list``
 map; ``loss_scale:0`` evaluates to the float32 scale. Object-based ``tf.train.Checkpoint``
 tracks the same names and restores them all or nothing (see
-:class:`npu_loss_scale._internal.state_io.StagedState`). The arithmetic is that of the Ascend adapter,
+:class:`npu_loss_scale._internal.staged.StagedState`). The arithmetic is that of the Ascend adapter,
 in float32; :mod:`npu_loss_scale.scaling.reference.ascend` holds a pure-Python twin of each rule that the
 tests replay step for step.
 """
