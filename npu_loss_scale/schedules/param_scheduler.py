@@ -42,11 +42,10 @@ Example (formulas only)::
     s.step(60)
     s.get_lr({}), s.get_lr({"max_lr": 2.0}), s.get_wd({})     # 0.55, 1.05, 0.06
 """
-import numbers
-
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale.schedules import formulas
-from npu_loss_scale.schedules.overrides import check_override
+from npu_loss_scale.schedules import scheduler_values
+from npu_loss_scale.schedules.scheduler_graph import GraphMode
 
 #: The values a checkpoint holds besides ``num_steps`` and that the checkpoint rules compare,
 #: with the names Megatron's messages use for them.
@@ -61,26 +60,7 @@ COMPARED = (
     ("wd_incr_steps", "total number of weight decay iterations"),
     ("wd_incr_style", "weight decay incr style"),
 )
-_WD_KEYS = ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style")
-_FLOATS = ("max_lr", "min_lr", "start_wd", "end_wd")
-_INTS = ("lr_warmup_steps", "lr_decay_steps", "wd_incr_steps", "num_steps")
-_STRINGS = ("lr_decay_style", "wd_incr_style")
-
-
-def _steps(name, value, minimum=0):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) \
-                and float(value).is_integer():
-            value = int(value)
-        else:
-            raise TypeError("%s must be an integer >= %d; got %r (type %s)"
-                            % (name, minimum, value, type(value).__name__))
-    if value < minimum:
-        raise ValueError("%s must be an integer >= %d; got %r" % (name, minimum, value))
-    return int(value)
-
-
-class OptimizerParamScheduler:
+class OptimizerParamScheduler(GraphMode):
     """Anneals the learning rate and increments the weight decay of every parameter group.
 
     Args (Megatron-Core's; steps count *applied* updates):
@@ -122,13 +102,13 @@ class OptimizerParamScheduler:
         self.init_lr = _checks.real_number("init_lr", init_lr, minimum=0.0)
         self.max_lr = _checks.real_number("max_lr", max_lr, minimum=0.0)
         self.min_lr = _checks.real_number("min_lr", min_lr, minimum=0.0)
-        self.lr_warmup_steps = _steps("lr_warmup_steps", lr_warmup_steps)
-        self.lr_decay_steps = _steps("lr_decay_steps", lr_decay_steps, minimum=1)
+        self.lr_warmup_steps = scheduler_values.steps("lr_warmup_steps", lr_warmup_steps)
+        self.lr_decay_steps = scheduler_values.steps("lr_decay_steps", lr_decay_steps, minimum=1)
         self.lr_decay_style = _checks.one_of("lr_decay_style", lr_decay_style,
                                              formulas.LR_DECAY_STYLES)
         self.start_wd = _checks.real_number("start_wd", start_wd, minimum=0.0)
         self.end_wd = _checks.real_number("end_wd", end_wd, minimum=0.0)
-        self.wd_incr_steps = _steps("wd_incr_steps", wd_incr_steps)
+        self.wd_incr_steps = scheduler_values.steps("wd_incr_steps", wd_incr_steps)
         self.wd_incr_style = _checks.one_of("wd_incr_style", wd_incr_style,
                                             formulas.WD_INCR_STYLES)
         self.use_checkpoint_opt_param_scheduler = _checks.boolean(
@@ -141,7 +121,7 @@ class OptimizerParamScheduler:
                 "are both set (use_checkpoint_opt_param_scheduler defaults to True): choose one. "
                 "To let the constructor's values win, pass "
                 "use_checkpoint_opt_param_scheduler=False with override_opt_param_scheduler=True")
-        self.wsd_decay_steps = None if wsd_decay_steps is None else _steps(
+        self.wsd_decay_steps = None if wsd_decay_steps is None else scheduler_values.steps(
             "wsd_decay_steps", wsd_decay_steps)
         self.lr_wsd_decay_style = None if lr_wsd_decay_style is None else _checks.one_of(
             "lr_wsd_decay_style", lr_wsd_decay_style, formulas.WSD_DECAY_STYLES)
@@ -223,14 +203,14 @@ class OptimizerParamScheduler:
     def get_lr(self, param_group):
         """The learning rate of ``param_group`` (a dict; ``max_lr``/``min_lr`` read from it when
         present) at the current :attr:`num_steps`, as a Python float."""
-        _check_group(param_group, allow_none=False)
+        scheduler_values.check_group(param_group, allow_none=False)
         return formulas.learning_rate(formulas.PY, self.num_steps,
                                       **self._lr_args(param_group))
 
     def get_wd(self, param_group=None):
         """The weight decay of ``param_group`` (``start_wd``/``end_wd`` read from it when
         present) at the current :attr:`num_steps`, before its ``wd_mult``."""
-        _check_group(param_group, allow_none=True)
+        scheduler_values.check_group(param_group, allow_none=True)
         args = self._wd_args(param_group)
         if args["wd_incr_style"] == "constant" and args["start_wd"] != args["end_wd"]:
             raise ValueError("wd_incr_style='constant' needs start_wd == end_wd; the param group "
@@ -243,7 +223,7 @@ class OptimizerParamScheduler:
 
         Call it after each *applied* update (not after a skipped one). In graph mode the
         :class:`ParamGroupOptimizer` advances the ``num_steps`` variable itself."""
-        self.num_steps += _steps("increment", increment)
+        self.num_steps += scheduler_values.steps("increment", increment)
         for group in self._param_groups():
             self.set_group(group)
 
@@ -266,7 +246,7 @@ class OptimizerParamScheduler:
         state is synced to them first; without it the Python state is returned)."""
         if session is not None:
             values = session.run(self._graph_vars())
-            self.__dict__.update({key: _normalise(key, value.item() if hasattr(value, "item")
+            self.__dict__.update({key: scheduler_values.normalise(key, value.item() if hasattr(value, "item")
                                                   else value) for key, value in values.items()})
             self.step(0)
         state = {key: getattr(self, key) for key, _ in COMPARED}
@@ -300,18 +280,18 @@ class OptimizerParamScheduler:
         if not isinstance(state_dict, dict):
             raise TypeError("state_dict must be a dict (from state_dict()); got %r (type %s)"
                             % (state_dict, type(state_dict).__name__))
-        required = [key for key, _ in COMPARED if key not in _WD_KEYS] + ["num_steps"]
+        required = [key for key, _ in COMPARED if key not in scheduler_values.WD_KEYS] + ["num_steps"]
         missing = [key for key in required if key not in state_dict]
         has_wd = "start_wd" in state_dict
         if has_wd:
-            missing += [key for key in _WD_KEYS if key not in state_dict]
+            missing += [key for key in scheduler_values.WD_KEYS if key not in state_dict]
         if missing:
             raise KeyError("state_dict lacks %s (keys of OptimizerParamScheduler.state_dict()); "
                            "got keys %s" % (", ".join(missing), sorted(state_dict)))
         # 1. every value on its own, before any rule or any change
-        saved = {key: _normalise(key, state_dict[key])
-                 for key, _ in COMPARED if has_wd or key not in _WD_KEYS}
-        num_steps = _normalise("num_steps", state_dict["num_steps"])
+        saved = {key: scheduler_values.normalise(key, state_dict[key])
+                 for key, _ in COMPARED if has_wd or key not in scheduler_values.WD_KEYS}
+        num_steps = scheduler_values.normalise("num_steps", state_dict["num_steps"])
         # 2. the checkpoint rules
         resolved = {key: self._check_and_set(key, label, getattr(self, key), saved[key])
                     for key, label in COMPARED if key in saved}
@@ -334,140 +314,6 @@ class OptimizerParamScheduler:
                 group.pop("weight_decay", None)
                 group.update(values)
             raise
-
-    # -- graph mode -----------------------------------------------------------------------------
-    def _graph_vars(self):
-        """The scheduler's variables in the current graph (created once per graph)."""
-        import tensorflow as tf
-
-        if tf.executing_eagerly():
-            raise RuntimeError("OptimizerParamScheduler's graph variables exist in graph mode "
-                               "only; in eager mode drive it with step() and save state_dict()")
-        if self._graph_state is None:
-            from npu_loss_scale._internal import graphs  # pylint: disable=import-outside-toplevel
-            self._graph_state = graphs.PerGraph("opt_param_scheduler")
-        # The outermost graph's (a cond/while branch shares it), created once per graph.
-        variables = self._graph_state.get(dict)
-        if not variables:
-            made = {}
-            with tf.init_scope(), tf.control_dependencies(None), \
-                    tf.name_scope("opt_param_scheduler"):
-                for key, value in self.state_dict().items():
-                    if key in _FLOATS:
-                        dtype = tf.float64
-                    elif key in _STRINGS:
-                        dtype = tf.string
-                    else:
-                        dtype = tf.int64
-                    made[key] = tf.compat.v1.Variable(
-                        tf.constant(value, dtype), name=key, trainable=False, use_resource=True,
-                        collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
-            variables.update(made)      # all or none: a failed creation is tried again
-        return variables
-
-    def variables(self):
-        """The scheduler's variables in the current graph: ``num_steps`` and the compared values
-        (saved by a plain ``Saver`` with the model)."""
-        return list(self._graph_vars().values())
-
-    @property
-    def num_steps_variable(self):
-        """int64 variable: applied steps in the current graph (advanced by ParamGroupOptimizer)."""
-        return self._graph_vars()["num_steps"]
-
-    def _graph_values(self):
-        return {key: var for key, var in self._graph_vars().items()}
-
-    def lr_tensor(self, param_group=None, num_steps=None):
-        """float64 tensor: the learning rate of ``param_group`` (a dict, default: none) at
-        ``num_steps`` (default: the ``num_steps`` variable), read from the scheduler's variables
-        when it runs."""
-        _check_group(param_group, allow_none=True)
-        values = self._graph_values()
-        step = values["num_steps"] if num_steps is None else num_steps
-        return formulas.learning_rate(formulas.tf_ops(), step,
-                                      **self._lr_args(param_group, values))
-
-    def wd_tensor(self, param_group=None, num_steps=None):
-        """float64 tensor: the weight decay of ``param_group`` before ``wd_mult`` (as
-        :meth:`get_wd`)."""
-        _check_group(param_group, allow_none=True)
-        values = self._graph_values()
-        step = values["num_steps"] if num_steps is None else num_steps
-        return formulas.weight_decay(formulas.tf_ops(), step,
-                                     **self._wd_args(param_group, values))
-
-    def advance(self, increment=1):
-        """Graph op: ``num_steps += increment`` (ParamGroupOptimizer runs it on applied steps)."""
-        import tensorflow as tf
-        return tf.compat.v1.assign_add(self.num_steps_variable,
-                                       tf.constant(_steps("increment", increment), tf.int64))
-
-    def apply_checkpoint_rules(self, session):
-        """Graph mode, after the variables were restored from a checkpoint (or initialised):
-        reads them, applies the rules of :meth:`load_state_dict` (raising on a mismatch when
-        neither flag is set), writes the resolved values back and syncs the Python state."""
-        variables = self._graph_vars()
-        saved = session.run(variables)
-        saved = {key: (value.decode() if isinstance(value, bytes) else value.item())
-                 for key, value in saved.items()}
-        self.load_state_dict(saved)
-        resolved = self.state_dict()
-        for key, var in variables.items():
-            if resolved[key] != saved[key]:
-                var.load(resolved[key], session)
-
-    def checkpoint_rules_hook(self):
-        """A ``SessionRunHook`` that calls :meth:`apply_checkpoint_rules` once the session exists
-        (after the Estimator / MonitoredSession restored the checkpoint). Build it in the graph
-        of the train op (in the ``model_fn``)."""
-        import tensorflow as tf
-
-        self._graph_vars()
-        scheduler = self
-
-        class _CheckpointRulesHook(tf.compat.v1.train.SessionRunHook):
-            def after_create_session(self, session, coord):  # pylint: disable=unused-argument
-                scheduler.apply_checkpoint_rules(session)
-
-        return _CheckpointRulesHook()
-
-
-_INT64_MAX = 2 ** 63 - 1
-_STYLE_CHOICES = {"lr_decay_style": formulas.LR_DECAY_STYLES,
-                  "wd_incr_style": formulas.WD_INCR_STYLES}
-
-
-def _normalise(key, value):
-    """A checkpoint's ``value`` of ``key`` checked and as a plain Python value; raises naming
-    ``state_dict[key]``, the value and what is accepted."""
-    name = "state_dict[%r]" % key
-    if key in _STRINGS:
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        choices = _STYLE_CHOICES[key]
-        if not isinstance(value, str) or value not in choices:
-            raise ValueError("%s must be one of %s; got %r (type %s)"
-                             % (name, ", ".join(repr(c) for c in choices), value,
-                                type(value).__name__))
-        return value
-    if key in _INTS:
-        steps = _steps(name, value)
-        if steps > _INT64_MAX:
-            raise ValueError("%s must be an integer >= 0 and <= %d (int64); got %r"
-                             % (name, _INT64_MAX, value))
-        return steps
-    return _checks.real_number(name, value, minimum=0.0)
-
-
-def _check_group(param_group, allow_none):
-    if param_group is None and allow_none:
-        return
-    if not isinstance(param_group, dict):
-        raise TypeError("param_group must be a dict (a parameter group, for example {} or "
-                        "{'max_lr': 1e-4}); got %r (type %s)"
-                        % (param_group, type(param_group).__name__))
-    check_override(param_group, "param_group")
 
 
 __all__ = [
