@@ -59,6 +59,15 @@ import tensorflow as tf  # noqa: E402
 import npu_loss_scale as nls  # noqa: E402
 from npu_loss_scale._internal import kernels as _kernels  # noqa: E402
 
+
+def tf_loss_scale_optimizer(opt):
+    """Baseline B: TensorFlow's own dynamic loss-scale optimizer for a tf.compat.v1 optimizer
+    (tf.compat.v1.mixed_precision on 2.x; the same class under tf.train.experimental on 1.15)."""
+    mixed_precision = getattr(tf.compat.v1, "mixed_precision", None)
+    cls = getattr(mixed_precision, "MixedPrecisionLossScaleOptimizer", None) or \
+        tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer
+    return cls(opt, "dynamic")
+
 FUSED_ENV = _kernels.ENV_MODE
 
 
@@ -73,7 +82,7 @@ def build(variant, layers, width, batch):
     loss = tf.reduce_mean(tf.square(h))
     opt = tf.compat.v1.train.AdamOptimizer(1e-4)
     if variant == "tf_dynamic":
-        opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+        opt = tf_loss_scale_optimizer(opt)
     elif variant == "nls_inf_nan":
         opt = nls.NPULossScaleOptimizer(
             opt, nls.ExponentialUpdateLossScaleManager(2 ** 15, 1000), backend="inf_nan")
@@ -151,7 +160,7 @@ def build_bert(shapes):
     for variant in BERT_VARIANTS:
         opt = tf.compat.v1.train.GradientDescentOptimizer(0.0)
         if variant == "tf_dynamic":
-            opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+            opt = tf_loss_scale_optimizer(opt)
         elif variant.startswith("nls_"):
             opt = nls.NPULossScaleOptimizer(
                 opt, nls.ExponentialUpdateLossScaleManager(2 ** 15, 1000),
