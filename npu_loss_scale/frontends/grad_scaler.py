@@ -54,7 +54,6 @@ function is traced, so call ``scale``/``step``/``update`` of one iteration in th
 (or all eagerly). ``get_scale()`` returns a tensor while tracing (a Python float needs a value).
 """
 import collections.abc
-import enum
 import numbers
 import threading
 
@@ -63,11 +62,12 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import staged as _staged
-from npu_loss_scale._internal.gradients import floating_values, values_of
+from npu_loss_scale._internal.gradients import values_of
 from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
 from npu_loss_scale.scaling.unscale import Reciprocal
 from npu_loss_scale.detection.step import OverflowCheck
+from npu_loss_scale.frontends.scaler_iteration import HandedOut, Iteration, OptState
 
 # The scale's range. MIN_SCALE is float32's smallest normal number (2**-126): backing off stops
 # there, since a subnormal scale is flushed to zero by CPU kernels and 1/0 would turn every
@@ -78,126 +78,11 @@ SCALE_ACCEPTED = ">= 1.1754944e-38 (float32's smallest normal number) and <= 3.4
                  "(float32's largest)"
 
 
-class OptState(enum.Enum):
-    """Where one optimizer is in the current iteration (torch's names)."""
-    READY = 0
-    UNSCALED = 1
-    STEPPED = 2
-
-
 class NoInfChecksError(RuntimeError, AssertionError):
     """``update()`` was called with no ``unscale_``/``step`` before it in this iteration.
 
     torch raises an AssertionError here; this error is both a RuntimeError and an AssertionError.
     """
-
-
-class _Iteration:
-    """What one iteration (from one ``update()`` to the next) knows.
-
-    ``scale``: the Python float the loss was scaled with (optimizer-thread mode only; the variable
-    is read otherwise). ``states``: id(optimizer) -> {"stage", "found_inf"}. ``register``: the
-    register's flag read for this iteration (sticky: read once, OR-ed into every optimizer).
-    """
-
-    def __init__(self, scale=None):
-        self.scale = scale
-        self.states = {}
-        self.register = None
-        self.submitted = 0
-
-    def state_for(self, optimizer):
-        return self.states.setdefault(id(optimizer), {"stage": OptState.READY, "found_inf": None,
-                                                      "optimizer": optimizer,
-                                                      "handed_out": None})
-
-    def stop_recording(self):
-        """Stops the eager records of ``unscale_`` started on the calling thread."""
-        for state in self.states.values():
-            if state["handed_out"] is not None:
-                state["handed_out"].stop_recording()
-
-
-class _HandedOut:
-    """What ``unscale_`` received (scaled) and returned (unscaled) for one optimizer.
-
-    In torch, ``unscale_`` works in place and ``step`` uses ``.grad``: code ported line by line
-    ignores ``unscale_``'s result and hands the *scaled* gradients (perhaps clipped) to ``step``,
-    which would apply them still multiplied by the scale. ``step`` asks this record whether any
-    gradient it gets was computed from the scaled ones other than through ``unscale_``'s result:
-
-    * in a graph (``tf.function``), by walking the ops' inputs back from each gradient, stopping
-      at ``unscale_``'s results;
-    * eagerly, through a ``GradientTape`` that watches the scaled gradients from the moment
-      ``unscale_`` returns (its results are not connected to them on that tape) until ``step``,
-      ``OptimizerThread.submit`` or ``update`` on the same thread stops it.
-    """
-
-    def __init__(self, scaled, unscaled):
-        self.scaled = _floating_values(scaled)
-        self.unscaled = _floating_values(unscaled)
-        self.tape = None
-        if tf.executing_eagerly() and self.scaled:
-            self.thread = threading.get_ident()
-            self.tape = tf.GradientTape(persistent=True, watch_accessed_variables=False)
-            self.tape.__enter__()      # pylint: disable=unnecessary-dunder-call
-            self.tape.watch(self.scaled)
-
-    def stop_recording(self):
-        if self.tape is not None and self.thread == threading.get_ident() and \
-                self.tape._recording:  # pylint: disable=protected-access
-            self.tape.__exit__(None, None, None)
-
-    def refuse_scaled(self, grads_and_vars):
-        """Raises RuntimeError when a gradient was computed from the scaled gradients."""
-        self.stop_recording()
-        suspects = [(g, v) for g, v in grads_and_vars
-                    if g is not None and values_of(g).dtype.is_floating]
-        if self.tape is None:
-            if tf.executing_eagerly():
-                return     # unscale_() was traced, step() is eager: update() refuses the mix
-            safe = {t.ref() for t in self.unscaled}
-            offenders = [v for g, v in suspects if self._graph_reaches_scaled(values_of(g), safe)]
-        elif self.tape._recording:  # pylint: disable=protected-access
-            raise RuntimeError("step() after unscale_() on another thread: call "
-                               "OptimizerThread.submit() (or step()) on the thread that called "
-                               "unscale_() first")
-        elif self._tape_reaches_scaled([values_of(g) for g, _ in suspects]):   # one pass first
-            offenders = [v for g, v in suspects if self._tape_reaches_scaled([values_of(g)])]
-        else:
-            offenders = []
-        if offenders:
-            raise RuntimeError(
-                "step(): the gradient given for %s was computed from the scaled gradients passed "
-                "to unscale_(), not from the unscaled ones unscale_() returned, and would be "
-                "applied still multiplied by the loss scale. TensorFlow tensors do not change in "
-                "place as torch's .grad does: write grads = scaler.unscale_(optimizer, grads), "
-                "then clip and pass those grads to step()."
-                % ", ".join(repr(getattr(v, "name", v)) for v in offenders))
-
-    def _tape_reaches_scaled(self, tensors):
-        if any(t is s for t in tensors for s in self.scaled):
-            return True
-        grads = self.tape.gradient(tensors, self.scaled,
-                                   unconnected_gradients=tf.UnconnectedGradients.NONE)
-        return any(g is not None for g in grads)
-
-    def _graph_reaches_scaled(self, tensor, safe):
-        """Walks the ops' inputs back from ``tensor``; ``safe`` holds tensors known not to lead
-        to the scaled gradients (``unscale_``'s results, then every tensor of a clean walk)."""
-        scaled = {t.ref() for t in self.scaled}
-        seen, todo = set(), [tensor]
-        while todo:
-            t = todo.pop()
-            key = t.ref()
-            if key in seen or key in safe:
-                continue
-            if key in scaled:
-                return True
-            seen.add(key)
-            todo.extend(t.op.inputs)
-        safe.update(seen)
-        return False
 
 
 def _is_tensor_like(value):
@@ -240,7 +125,7 @@ class GradScaler(_staged.StagedChildren, tf.Module):
         py = _PlainState()
         py.enabled = enabled
         py.init_scale = init_scale
-        py.iteration = _Iteration()
+        py.iteration = Iteration()
         py.lock = threading.RLock()
         py.local = threading.local()     # .iteration while a job runs on the optimizer thread
         py.thread = None                 # the OptimizerThread attached, if any
@@ -463,7 +348,7 @@ class GradScaler(_staged.StagedChildren, tf.Module):
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
         unscaled = self._unscale(iteration, state, grads)
-        state["handed_out"] = _HandedOut(grads, unscaled)
+        state["handed_out"] = HandedOut(grads, unscaled)
         return unscaled
 
     def _unscale(self, iteration, state, grads):
@@ -576,7 +461,7 @@ class GradScaler(_staged.StagedChildren, tf.Module):
         else:
             result = self._apply_rules(tf.add_n([tf.convert_to_tensor(f) for f in found_infs]))
         self._py.iteration.stop_recording()
-        self._py.iteration = _Iteration()
+        self._py.iteration = Iteration()
         return result
 
     @staticmethod
@@ -782,11 +667,6 @@ def _same_context(tensor):
     except AttributeError:
         return eager_now
     return (not eager_now) and graph is tf.compat.v1.get_default_graph()
-
-
-def _floating_values(grads):
-    """The floating value tensors of a list of gradients or of (gradient, variable) pairs."""
-    return floating_values([g[0] if isinstance(g, tuple) and len(g) == 2 else g for g in grads])
 
 
 def _flat_tensors(grads):

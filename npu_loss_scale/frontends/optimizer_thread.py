@@ -40,7 +40,8 @@ import queue
 import threading
 
 from npu_loss_scale._internal import checks as _checks
-from npu_loss_scale.frontends.grad_scaler import GradScaler, NoInfChecksError, _Iteration
+from npu_loss_scale.frontends.grad_scaler import GradScaler, NoInfChecksError
+from npu_loss_scale.frontends.scaler_iteration import Iteration
 
 _STOP = object()
 
@@ -165,7 +166,7 @@ class OptimizerThread:
                 s["found_inf"] is not None for s in iteration.states.values()):
             raise NoInfChecksError("No inf checks were recorded prior to update().")
         iteration.stop_recording()
-        py.iteration = _Iteration()
+        py.iteration = Iteration()
         return self._put(None, lambda: self._update_job(iteration, new_scale))
 
     def _update_job(self, iteration, new_scale):
