@@ -53,6 +53,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import struct
 import subprocess
@@ -308,6 +309,40 @@ def script_timeout(timeout, recipe=None):
     return max(timeout, getattr(recipe, "TIMEOUT", 0) or 0)
 
 
+def in_mount_namespace(cmd, fixed):
+    """``cmd`` run in a private mount namespace where each absolute path of ``fixed`` shows the
+    folder it maps to (a recipe's ``FIXED_PATHS``): a path that exists is bound over; else an
+    empty tmpfs covers its deepest existing ancestor (in that namespace only) and the path is
+    made in it. Nothing changes outside the run's own namespace; it needs root and
+    ``unshare``."""
+    if os.name != "posix" or os.geteuid() != 0 or shutil.which("unshare") is None:
+        raise RuntimeError("the recipe's FIXED_PATHS (%s) need a private mount namespace: run as "
+                           "root on Linux with unshare (util-linux)" % ", ".join(sorted(fixed)))
+    lines = ["set -e"]
+    covered = set()
+    for path, source in sorted(fixed.items()):
+        if not os.path.isabs(path) or os.path.normpath(path) == "/":
+            raise ValueError("FIXED_PATHS keys must be absolute paths below /; got %r" % path)
+        if not os.path.exists(path):
+            ancestor = os.path.dirname(os.path.normpath(path))
+            while not os.path.exists(ancestor):
+                ancestor = os.path.dirname(ancestor)
+            if ancestor == "/":
+                raise ValueError("FIXED_PATHS: no folder below / to cover for %r" % path)
+            if any(os.path.commonpath([ancestor, os.path.abspath(src)]) == ancestor
+                   for src in fixed.values()):
+                raise ValueError("FIXED_PATHS: %r would be covered to make %r, and it holds a "
+                                 "recipe folder" % (ancestor, path))
+            if ancestor not in covered:
+                lines.append("mount -t tmpfs tmpfs %s" % shlex.quote(ancestor))
+                covered.add(ancestor)
+            lines.append("mkdir -p %s" % shlex.quote(path))
+        lines.append("mount --bind %s %s" % (shlex.quote(source), shlex.quote(path)))
+    lines.append('exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines),
+            "sh"] + list(cmd)
+
+
 def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, native_tf1=False):
     """Runs one script; ``native_tf1``: ``python`` has TensorFlow 1.x (no ``--tf1`` then)."""
     model = survey.model_dir(script, corpus)
@@ -322,7 +357,8 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, nati
     if recipe is not None:
         tf1 = getattr(recipe, "TF1", tf1)
         timeout = script_timeout(timeout, recipe)
-        ctx = recipes.Context(os.path.join(work, "recipe"), data, out, model, script, args)
+        ctx = recipes.Context(os.path.join(work, "recipe"), data, out, model, script, args,
+                              corpus)
         os.makedirs(ctx.work, exist_ok=True)
         args, recipe_env = recipe.prepare(ctx)
         args, recipe_env = list(args), dict(recipe_env or {})
@@ -342,6 +378,14 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, nati
         env["PYTHONPATH"] = os.pathsep.join([REPO, recipe_env["PYTHONPATH"]]
                                             + base_path.split(os.pathsep)[1:])
     start = time.time()
+    if recipe is not None and getattr(recipe, "FIXED_PATHS", None):
+        try:
+            cmd = in_mount_namespace(cmd, {path: os.path.join(ctx.work, folder)
+                                           for path, folder in recipe.FIXED_PATHS.items()})
+        except (RuntimeError, ValueError) as err:
+            return {"script": os.path.relpath(script, corpus), "tf1": tf1, "args": args,
+                    "recipe": os.path.basename(recipe.__file__), "outcome": "failed",
+                    "barrier": str(err), "report": {}, "seconds": 0.0, "stderr_tail": ""}
     timed_out = False
     try:
         proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True,

@@ -419,3 +419,30 @@ def test_a_recipes_timeout_is_a_floor_that_a_longer_command_line_timeout_raises(
     assert mod.script_timeout(300.0, Recipe) == 600
     assert mod.script_timeout(300.0, object()) == 300.0     # a recipe without TIMEOUT
     assert mod.script_timeout(300.0) == 300.0               # no recipe
+
+
+def test_a_recipes_fixed_path_shows_its_folder_in_the_runs_own_mount_namespace(tmp_path):
+    """FIXED_PATHS: a script reading a path written into its code sees the recipe's folder there,
+    in its own mount namespace only; nothing appears at that path outside the run. Where the
+    namespace cannot be made (not root), the refusal says what is needed."""
+    mod = _load_try()
+    source = tmp_path / "recipe" / "celebA"
+    source.mkdir(parents=True)
+    (source / "000001.jpg").write_text("face")
+    covered = tmp_path / "home"             # exists, empty: stands for /home
+    covered.mkdir()
+    fixed = str(covered / "disk" / "celebA")
+    cmd = ["sh", "-c", 'ls "$1" && cat "$1/000001.jpg"', "sh", fixed]
+    if os.name != "posix" or os.geteuid() != 0:
+        with pytest.raises(RuntimeError, match="root on Linux with unshare"):
+            mod.in_mount_namespace(cmd, {fixed: str(source)})
+        return
+    out = subprocess.run(mod.in_mount_namespace(cmd, {fixed: str(source)}), capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["000001.jpg", "face"]
+    assert os.listdir(str(covered)) == []   # outside the run: still empty
+    with pytest.raises(ValueError, match="holds a recipe folder"):
+        mod.in_mount_namespace(cmd, {str(tmp_path / "elsewhere" / "data"): str(source)})
+    with pytest.raises(ValueError, match="absolute paths"):
+        mod.in_mount_namespace(cmd, {"relative/data": str(source)})

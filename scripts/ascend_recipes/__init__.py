@@ -27,10 +27,16 @@ One module per model directory, named freely (``bert_google_finetune.py``), with
 ``CWD`` (optional)
     ``"work"`` to run the script from ``ctx.work`` instead of its own folder (for scripts that
     read or write relative paths).
+``FIXED_PATHS`` (optional)
+    ``{absolute path the script reads: folder under ctx.work}`` for scripts that read data from a
+    path written into their code: the script runs in a private mount namespace where that path
+    shows the folder (``try_ascend_scripts.in_mount_namespace``; root and ``unshare`` needed).
+    Nothing is written outside the work folder.
 
 ``ctx`` has ``work`` (an empty folder for this run), ``data`` (the generic synthetic folder),
-``out`` (an empty output folder), ``model_dir`` and ``script`` (absolute paths) and
-``generic_args``. Helpers below write the formats several recipes share.
+``out`` (an empty output folder), ``model_dir`` and ``script`` (absolute paths),
+``generic_args`` and ``corpus`` (the corpus root: Ascend's tools that users copy next to their
+code, such as ``precision_tool``, are found in other model directories there). Helpers below write the formats several recipes share.
 """
 import importlib.util
 import os
@@ -66,9 +72,10 @@ def load_recipes(folder=HERE):
 class Context:  # pylint: disable=too-few-public-methods
     """What a recipe's ``prepare`` gets (see the module docstring)."""
 
-    def __init__(self, work, data, out, model_dir, script, generic_args):
+    def __init__(self, work, data, out, model_dir, script, generic_args, corpus=None):
         self.work, self.data, self.out = work, data, out
         self.model_dir, self.script, self.generic_args = model_dir, script, list(generic_args)
+        self.corpus = corpus
 
     def path(self, *parts):
         """A path under the work folder, its parent folders created."""

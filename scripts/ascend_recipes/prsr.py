@@ -4,18 +4,25 @@ The solver reads ``--imgs_list_path``, one image path per line, decodes each JPE
 to 32x32 (high resolution) and 8x8 (low resolution); training runs until the dataset of
 ``--num_epoch`` epochs is exhausted. The recipe gives it 4 images, 1 epoch at batch 2.
 
-Barriers the recipe cannot lift (the script is not changed): ``train.py`` and ``solver.py``
-import ``precision_tool.config``/``precision_tool.tf_config`` (Ascend's precision-analysis tool,
-a folder users copy next to their code; PRSR's directory has none), and ``train.py`` lists the
-hard-coded ``/home/disk/celebA`` at import time, before any flag is read, writing
-``./train.txt`` from it: the data must be at that absolute path, outside a recipe's work folder.
+What the script expects of its machine, given as a user of it would (the script is not changed):
+
+* ``train.py`` and ``solver.py`` import ``precision_tool.config``/``precision_tool.tf_config``:
+  Ascend's precision-analysis tool, a folder users copy next to their code (PRSR's directory has
+  none). The recipe puts a copy that another model directory of the corpus ships on
+  ``PYTHONPATH`` (the first, in sorted order, with both modules);
+* ``train.py`` lists the fixed ``/home/disk/celebA`` at import time, before any flag is read,
+  writing ``./train.txt`` from it: ``FIXED_PATHS`` shows the recipe's images there, in the run's
+  own mount namespace (root and ``unshare`` needed).
 """
+import os
+
 from ascend_recipes import jpeg_bytes, write_text
 
 MODEL_DIR = "TensorFlow/contrib/cv/prsr/PRSR_ID2111_for_TensorFlow"
 ENTRY = "train.py"
 TF1 = True
 CWD = "work"
+FIXED_PATHS = {"/home/disk/celebA": "celebA"}
 
 
 def prepare(ctx):
@@ -29,4 +36,19 @@ def prepare(ctx):
     args = ["--imgs_list_path", listing, "--train_dir", ctx.path("output", "x")[:-2],
             "--samples_dir", ctx.path("samples", "x")[:-2], "--num_epoch", "1",
             "--batch_size", "2", "--use_gpu", "False"]
-    return args, {}
+    return args, {"PYTHONPATH": _precision_tool_parent(ctx.corpus)}
+
+
+def _precision_tool_parent(corpus):
+    """The folder holding the corpus's first copy (sorted) of Ascend's ``precision_tool`` with the
+    two modules PRSR imports."""
+    found = []
+    for folder, subdirs, files in os.walk(corpus):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+        if os.path.basename(folder) == "precision_tool" and \
+                {"config.py", "tf_config.py"} <= set(files):
+            found.append(os.path.dirname(folder))
+    if not found:
+        raise FileNotFoundError("no precision_tool folder with config.py and tf_config.py under "
+                                "%s: PRSR imports Ascend's precision tool" % corpus)
+    return sorted(found)[0]
