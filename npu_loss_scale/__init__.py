@@ -57,6 +57,7 @@ _EXPORTS = {
     "param_group_override_to_tuple": (".schedules", "param_group_override_to_tuple"),
     "GradScaler": (".frontends", "GradScaler"),
     "OptimizerThread": (".frontends", "OptimizerThread"),
+    "StepReport": ("._internal.report", "StepReport"),
     # errors and warning categories (for except clauses and warnings.filterwarnings)
     "AgreementError": (".agreement", "AgreementError"),
     "NoInfChecksError": (".frontends", "NoInfChecksError"),
@@ -95,6 +96,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; the names load lazily (
         param_group_override_to_tuple)
     from npu_loss_scale.frontends import (  # noqa: F401
         GradScaler, OptimizerThread, NoInfChecksError)
+    from npu_loss_scale._internal.report import StepReport  # noqa: F401
     from npu_loss_scale.agreement import (  # noqa: F401
         AgreementError)
     from npu_loss_scale._internal.messages import (  # noqa: F401

@@ -529,77 +529,58 @@ def npu_ranks(tmp_path):
 _ACCEPTED_STEPS = (
     "the dict of sess.run(opt.step_report) (NPULossScaleOptimizer; fetch it with the train op), "
     "a LossScaleHook or one record of its history, the Keras NpuLossScaleOptimizer after a "
-    "step, a GradScaler after step() and before update(), or a localisation StepOverflowRecord")
-
-
-def _number(value):
-    try:
-        import numpy as np  # pylint: disable=import-outside-toplevel
-        return np.asarray(value).item()
-    except (TypeError, ValueError):
-        return value
+    "step, a GradScaler after step() and before update(), a localisation StepOverflowRecord, "
+    "or any StepReport (npu_loss_scale.StepReport)")
 
 
 def _step_outcome(step, helper):
-    """(overflowed, skipped, details) of one training step, from any front end's report.
+    """(overflowed, skipped, details) of one training step, from its
+    :class:`~npu_loss_scale.StepReport` (or a plain dict of one, or an object with a
+    ``step_report`` attribute).
 
     For every front end an overflowed step is a skipped one; only a localisation record tells
     the two apart (sites found, and whether the step was skipped).
     """
-    overflowed, details = _overflow_of(step, helper)
-    if isinstance(overflowed, tuple):
-        return overflowed + (details,)
-    return overflowed, overflowed, details
+    report = _report_of(step, helper)
+    if report.overflowed is None:
+        if "finite" in report:
+            raise ValueError("%s: the step has no overflow check (a FixedLossScaleManager "
+                             "with enable_overflow_check=False): nothing to assert" % helper)
+        raise ValueError("%s: the step has no overflow check (overflow is None): nothing to "
+                         "assert" % helper)
+    return report.overflowed, report.skipped, report.details
 
 
-def _overflow_of(step, helper):
-    details = {}
+def _report_of(step, helper):
+    """The StepReport ``step`` is or gives."""
+    # imported here: loading the plugin imports none of the package
+    from npu_loss_scale._internal.report import StepReport, of_record  # pylint: disable=import-outside-toplevel
     if isinstance(step, dict):
-        if "finite" in step:
-            if step["finite"] is None:
-                raise ValueError("%s: the step has no overflow check (a FixedLossScaleManager "
-                                 "with enable_overflow_check=False): nothing to assert" % helper)
-            overflowed = not bool(_number(step["finite"]))
-        elif "overflow" in step:
-            if step["overflow"] is None:
-                raise ValueError("%s: the step has no overflow check (overflow is None): "
-                                 "nothing to assert" % helper)
-            overflowed = bool(step["overflow"])
-        else:
+        if "finite" not in step and "overflow" not in step:
             raise TypeError("%s: a step dict needs a 'finite' key (sess.run(opt.step_report)) or "
                             "an 'overflow' key (LossScaleHook.history); got keys %s"
                             % (helper, sorted(step)))
-        for key in ("loss_scale", "next_loss_scale", "skipped_steps", "global_step",
-                    "iteration"):
-            if step.get(key) is not None:
-                details[key] = _number(step[key])
-        return overflowed, details
-    if hasattr(step, "history") and isinstance(getattr(step, "history"), list):  # LossScaleHook
-        if not step.history:
-            raise ValueError("%s: the LossScaleHook has recorded no step yet" % helper)
-        return _overflow_of(step.history[-1], helper)
-    if hasattr(step, "skipped") and hasattr(step, "sites"):   # localisation StepOverflowRecord
-        details["step"] = getattr(step, "step", None)
-        details["sites"] = len(step.sites)
-        return (bool(step.skipped) or bool(step.sites), bool(step.skipped)), details
-    if hasattr(step, "last_step_finite"):                       # Keras NpuLossScaleOptimizer
-        details["loss_scale"] = _number(step.loss_scale)
-        return not bool(_number(step.last_step_finite)), details
-    if hasattr(step, "_per_optimizer_states") and hasattr(step, "get_scale"):   # GradScaler
-        found = [s["found_inf"] for s in step._per_optimizer_states.values()  # pylint: disable=protected-access
-                 if s.get("found_inf") is not None]
-        if not found:
-            raise ValueError("%s: the GradScaler has no step recorded in this iteration: pass it "
-                             "after scaler.step(...) and before scaler.update() (update() ends "
-                             "the iteration and forgets it)" % helper)
-        details["scale"] = step.get_scale()
-        return sum(float(_number(f)) for f in found) > 0, details
-    if isinstance(getattr(type(step), "step_report", None), property):   # NPULossScaleOptimizer
+        return step if isinstance(step, StepReport) else StepReport(step)
+    if _is_graph_optimizer(step):   # its report is tensors, to fetch with the train op
         raise TypeError("%s: pass the step's report, not the optimizer: fetch it with the train "
                         "op, e.g. `_, report = sess.run([train_op, opt.step_report])`, then "
                         "%s(report)" % (helper, helper))
-    raise TypeError("%s: step must be %s; got %r (type %s)"
-                    % (helper, _ACCEPTED_STEPS, step, type(step).__name__))
+    if not hasattr(type(step), "step_report"):
+        if hasattr(step, "sites") and hasattr(step, "skipped"):   # a localisation record
+            return of_record(step)
+        raise TypeError("%s: step must be %s; got %r (type %s)"
+                        % (helper, _ACCEPTED_STEPS, step, type(step).__name__))
+    try:
+        return _report_of(step.step_report, helper)
+    except ValueError as err:
+        raise ValueError("%s: %s" % (helper, err)) from None
+
+
+def _is_graph_optimizer(step):
+    if "npu_loss_scale.optimizers.loss_scale" not in sys.modules:
+        return False     # no NPULossScaleOptimizer was ever made in this process
+    from npu_loss_scale.optimizers.loss_scale import NPULossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    return isinstance(step, NPULossScaleOptimizer)
 
 
 def _describe(details):

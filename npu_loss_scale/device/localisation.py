@@ -86,6 +86,7 @@ from npu_loss_scale._internal import graphs as _graphs
 from npu_loss_scale._internal.compat import py_func
 from npu_loss_scale._internal.compat.lookup import MutableHashTable
 from npu_loss_scale._internal.compat.ops import where
+from npu_loss_scale._internal.report import of_record
 
 ENV_VAR = "NPU_LOSS_SCALE_LOCALISE"
 OFF, OVERFLOW, OBSERVE = "off", "overflow", "observe"
@@ -154,6 +155,12 @@ class StepOverflowRecord:
                    "check found)"
         return "first overflow at %s, %d site%s" % (self.first.describe(), len(self.sites),
                                                     "" if len(self.sites) == 1 else "s")
+
+    @property
+    def step_report(self):
+        """The record as a :class:`~npu_loss_scale.StepReport`: ``overflow`` (sites were found or
+        the step was skipped), ``skipped``, ``step`` and ``sites`` (their number)."""
+        return of_record(self)
 
     def to_dict(self):
         return {"step": self.step, "skipped": self.skipped,

@@ -62,6 +62,7 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import staged as _staged
+from npu_loss_scale._internal.report import StepReport
 from npu_loss_scale._internal.gradients import values_of
 from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
@@ -191,6 +192,21 @@ class GradScaler(_staged.StagedChildren, tf.Module):
         """id(optimizer) -> {"stage": OptState, "found_inf": ...} for the calling thread's
         iteration (torch's attribute name; read-only view)."""
         return dict(self._current().states)
+
+    @property
+    def step_report(self):
+        """This iteration's :class:`~npu_loss_scale.StepReport`, between ``step()`` (or
+        ``unscale_()``) and ``update()``: ``overflow`` (an optimizer's gradients overflowed this
+        iteration, so ``update()`` backs off) and ``scale`` (:meth:`get_scale`). Read it eagerly;
+        ``update()`` ends the iteration and forgets it."""
+        found = [state["found_inf"] for state in self._current().states.values()
+                 if state.get("found_inf") is not None]
+        if not found:
+            raise ValueError("the GradScaler has no step recorded in this iteration: read its "
+                             "step_report after scaler.step(...) and before scaler.update() "
+                             "(update() ends the iteration and forgets it)")
+        return StepReport(overflow=sum(float(np.asarray(f)) for f in found) > 0,
+                          scale=self.get_scale())
 
     # -- threads ---------------------------------------------------------------------------------
     def _current(self):

@@ -50,6 +50,7 @@ Example (Estimator ``model_fn``)::
 
 import tensorflow as tf
 
+from npu_loss_scale._internal.report import StepReport
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.device import localisation
@@ -98,11 +99,13 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
       log_fn: callable taking one string; default ``tf.compat.v1.logging.info``.
       summary_writer: a ``tf.compat.v1.summary.FileWriter`` to use instead of ``output_dir``.
 
-    After a run, :attr:`history` holds one dict per iteration: ``iteration``, ``global_step``,
-    ``loss_scale`` (the scale the step used), ``overflow`` (bool, None without an overflow
-    check), ``skipped_steps``, ``loss`` and ``overflow_record`` (the step's
+    After a run, :attr:`history` holds one :class:`~npu_loss_scale.StepReport` (a dict) per
+    iteration: ``iteration``, ``global_step``, ``loss_scale`` (the scale the step used),
+    ``overflow`` (bool, None without an overflow check), ``skipped_steps``, ``loss`` and
+    ``overflow_record`` (the step's
     :class:`~npu_loss_scale.device.localisation.StepOverflowRecord` when localisation is on and the step
-    overflowed, else None); :attr:`skipped_steps` the latest count.
+    overflowed, else None); :attr:`step_report` is the last of them, :attr:`skipped_steps` the
+    latest count.
     """
 
     def __init__(self, optimizer=None, every_n_steps=100, loss=None, output_dir=None,
@@ -120,6 +123,14 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         self.skipped_steps = None
         self._tensors = None
         self._seen_record = None
+
+    @property
+    def step_report(self):
+        """The last iteration's :class:`~npu_loss_scale.StepReport` (``history[-1]``)."""
+        if not self.history:
+            raise ValueError("the LossScaleHook has recorded no step yet: its step_report "
+                             "exists after the first run of the train op")
+        return self.history[-1]
 
     # -- tensor lookup ----------------------------------------------------------------------
     def _resolve(self, graph):
@@ -218,13 +229,13 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         elif self._global_step is not None and overflow is not None and not overflow:
             self._global_step += 1
         global_step = self._global_step
-        record = {"iteration": self._iteration, "global_step": global_step,
+        record = StepReport({"iteration": self._iteration, "global_step": global_step,
                   "loss_scale": used_scale, "overflow": overflow,
                   "skipped_steps": self.skipped_steps, "loss": loss,
                   "grad_norm": float(results["grad_norm"]) if "grad_norm" in results else None,
                   "num_zeros_in_grad": (int(results["num_zeros_in_grad"])
                                         if "num_zeros_in_grad" in results else None),
-                  "overflow_record": self._new_overflow_record() if overflow else None}
+                  "overflow_record": self._new_overflow_record() if overflow else None})
         self.history.append(record)
         located = record["overflow_record"]
         if located is not None and self._log_overflows:

@@ -59,11 +59,13 @@ Example::
 import sys
 import threading
 
+import numpy as np
 import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import staged as _staged
 from npu_loss_scale._internal.compat import keras as compat_keras
+from npu_loss_scale._internal.report import StepReport
 from npu_loss_scale.scaling import torch as torch_rule
 from npu_loss_scale.scaling.unscale import Reciprocal, unscale_gradient
 from npu_loss_scale.detection.step import OverflowCheck
@@ -145,6 +147,18 @@ class _NpuProperties:
     def backend_name(self):
         """The overflow detection backend in use: ``npu``, ``emulation`` or ``inf_nan``."""
         return self._npu_check.backend_name
+
+    @property
+    def step_report(self):
+        """The latest step's :class:`~npu_loss_scale.StepReport`: ``finite`` (the value of
+        :attr:`last_step_finite`) and ``loss_scale`` (the scale now, after that step's update).
+        Read it eagerly, after a step."""
+        finite = self.last_step_finite
+        if finite is None:
+            raise ValueError("the NpuLossScaleOptimizer has taken no step yet: its step_report "
+                             "exists after the first apply_gradients")
+        return StepReport(finite=bool(np.asarray(finite)),
+                          loss_scale=np.asarray(self.loss_scale).item())
 
 
 # -- Keras 3 --------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from npu_loss_scale._internal.messages import LossScaleStuckWarning, OverflowInv
 from npu_loss_scale._internal.compat.loss_scale_optimizer import LossScaleOptimizerBase
 from npu_loss_scale._internal.compat.variables import Variable, snapshot
 from npu_loss_scale._internal.counter import Counter
+from npu_loss_scale._internal.report import StepReport
 from npu_loss_scale.optimizers import _accumulation, _observed
 from npu_loss_scale.scaling.unscale import Reciprocal, unscale_gradient
 from npu_loss_scale.scaling.base import as_manager
@@ -197,17 +198,18 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
     def step_report(self):
         """Tensors describing the last train op built in this graph, for hooks and logging.
 
-        A dict: ``loss_scale`` (the scale the step used), ``next_loss_scale`` (the scale after
-        the step, or None if the manager cannot tell), ``finite`` (bool, None without an overflow
-        check), ``skipped_steps`` (after the step) and ``global_step`` (after the step, None when
-        no global step was passed). Fetching them with the train op costs nothing extra and
-        changes nothing: none of them has a side effect.
+        A :class:`~npu_loss_scale.StepReport` (a dict): ``loss_scale`` (the scale the step used),
+        ``next_loss_scale`` (the scale after the step, or None if the manager cannot tell),
+        ``finite`` (bool, None without an overflow check), ``skipped_steps`` (after the step) and
+        ``global_step`` (after the step, None when no global step was passed). Fetching them with
+        the train op costs nothing extra and changes nothing: none of them has a side effect;
+        ``sess.run`` gives back a ``StepReport`` of their values.
         """
         report = self._built_state("step_report").get("report")
         if report is None:
             raise RuntimeError("step_report exists once the train op is built: call minimize() or "
                                "apply_gradients() first")
-        return dict(report)
+        return StepReport(report)
 
     def get_name(self):
         return self._name
