@@ -40,10 +40,15 @@ def _add(acc, grad):
 
 
 @tf.autograph.experimental.do_not_convert   # builds the ops itself (tf.cond): nothing to convert
-def accumulating_apply(optimizer, distribution, grads_and_vars, global_step, name, state):
+def accumulating_apply(optimizer, step, distribution, grads_and_vars, global_step, name, state):
     """(finite, step report) of one micro-batch's run: a deciding run's own, or on a waiting run
     finite True, the current loss scale and skipped count (no ``next_loss_scale``, no
-    ``global_step``: the report is built before the run knows which it is)."""
+    ``global_step``: the report is built before the run knows which it is).
+
+    ``step`` is the optimizer's :class:`~npu_loss_scale.detection.step.StepCheck` of this train
+    op: each micro-batch's gradients were observed when ``compute_gradients`` built them (the
+    register stays sticky over the N runs); the deciding run reads and agrees once, through it.
+    """
     # pylint: disable=protected-access
     n = optimizer._accumulation_steps
     pairs = [(g, v) for g, v in grads_and_vars if g is not None]
@@ -51,13 +56,13 @@ def accumulating_apply(optimizer, distribution, grads_and_vars, global_step, nam
     adds = [_add(acc, g) for (g, _), acc in zip(pairs, accs)]
     micro = state["micro_step"]
     with tf.control_dependencies(adds):
-        step = tf.identity(micro.assign_add(1))
+        micro_now = tf.identity(micro.assign_add(1))
 
     def decide():
         totals = [tf.identity(acc.read_value()) for acc in accs]
         if optimizer._check_overflow:
             status, end_ops = optimizer._read_and_agree(
-                distribution, [(t, v) for t, (_, v) in zip(totals, pairs)], state, False)
+                step, distribution, [(t, v) for t, (_, v) in zip(totals, pairs)], False)
             finite = tf.reduce_all(tf.equal(status, 0.0))
         else:
             finite, end_ops = tf.constant(True), []
@@ -75,6 +80,6 @@ def accumulating_apply(optimizer, distribution, grads_and_vars, global_step, nam
         return (tf.constant(True), tf.identity(optimizer._manager.get_loss_scale()),
                 state["skipped_steps"].read())
 
-    finite, scale, skipped_now = tf.cond(step >= n, decide, wait)
+    finite, scale, skipped_now = tf.cond(micro_now >= n, decide, wait)
     return finite, {"loss_scale": scale, "next_loss_scale": None, "finite": finite,
                     "skipped_steps": skipped_now, "global_step": None}

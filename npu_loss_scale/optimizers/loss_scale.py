@@ -5,8 +5,8 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import graphs as _graphs
-from npu_loss_scale import agreement as agreement_lib
 from npu_loss_scale.detection import backends as detection
+from npu_loss_scale.detection.step import OverflowCheck
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale._internal.compat import tracking
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, OverflowInvisibleWarning, warn_when_run
@@ -14,7 +14,7 @@ from npu_loss_scale._internal.compat.loss_scale_optimizer import LossScaleOptimi
 from npu_loss_scale._internal.compat.variables import Variable, snapshot
 from npu_loss_scale._internal.counter import Counter
 from npu_loss_scale._internal.report import StepReport
-from npu_loss_scale.optimizers import _accumulation, _observed
+from npu_loss_scale.optimizers import _accumulation
 from npu_loss_scale.scaling.unscale import Reciprocal, unscale_gradient
 from npu_loss_scale.scaling.base import as_manager
 
@@ -120,11 +120,10 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         self._manager = manager
         self._is_distributed = is_distributed
         self._check_overflow = bool(manager.get_enable_overflow_check())
-        self._backend_name = detection.get_backend_name(backend)
-        self._detector = detection.make_detector(self._backend_name)
-        if agreement is not None and not isinstance(agreement, agreement_lib.Agreement):
-            _checks.one_of("agreement", agreement, agreement_lib.AGREEMENT_NAMES)
-        self._agreement_choice = agreement
+        # How this optimizer detects overflow and agrees across ranks; each step is one of its
+        # StepChecks. The backend is made now: npu refuses here when npu_bridge is missing.
+        self._overflow = OverflowCheck(backend, is_distributed, agreement)
+        self._overflow.detector  # pylint: disable=pointless-statement
         self._summaries = summaries
         super().__init__(opt, manager)
         # The attribute Ascend's TF1 optimizer (and contrib's) keeps the manager in: the user's.
@@ -153,7 +152,7 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
     @property
     def backend_name(self):
         """The overflow detection backend in use: ``npu``, ``emulation`` or ``inf_nan``."""
-        return self._backend_name
+        return self._overflow.backend_name
 
     @property
     def loss_scale(self):
@@ -255,7 +254,7 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         in_graph = _graphs.outermost_graph() is not None
         state = {"skipped_steps": skipped, "finite": None, "report": None, "accumulators": {},
                  "skipped_read": skipped.read(name="skipped_steps") if in_graph else None,
-                 "reader": self._detector.reader() if self._check_overflow else None}
+                 "reader": self._overflow.reader() if self._check_overflow else None}
         if self._accumulation_steps > 1:
             state["micro_step"] = Variable(0, dtype=tf.int64, trainable=False,
                                               name="accumulation_step")
@@ -271,10 +270,6 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
             if self._checkpoint_skipped:
                 children["skipped_steps"] = state["skipped_steps"].table
         return children
-
-    def _observed_attr(self):
-        """The graph attribute holding this optimizer's marks (see :mod:`._observed`)."""
-        return self._per_graph._attr + "_observed"  # pylint: disable=protected-access
 
     # -- gradients ----------------------------------------------------------------------------
     def _doing_dynamic_loss_scaling(self):
@@ -318,11 +313,10 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         # pass: the check hands back the unscaled values.
         readers = {}
         reciprocal = Reciprocal.of(self._loss_scale())
-        wait, flag = self._detector.observe_scaled_gradients(grads, readers, reciprocal)
+        observation = self._overflow.observe(grads, readers, reciprocal)
         unscaled = self._unscale_after(grads, readers, reciprocal)
-        _observed.mark(self._observed_attr(), [(g, v) for g, (_, v) in
-                                               zip(unscaled, grads_and_vars) if g is not None],
-                       (wait, flag))
+        self._overflow.mark([(g, v) for g, (_, v) in zip(unscaled, grads_and_vars)
+                             if g is not None], observation)
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
     def _unscale_grads(self, grads):
@@ -389,7 +383,7 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
                 opt = opt.__dict__.get("_optimizer")
 
     def _warn_if_blind(self):
-        if self._backend_name != "inf_nan" or not self._check_overflow:
+        if self._overflow.backend_name != "inf_nan" or not self._check_overflow:
             return
         if emulation.is_inf_nan_enabled() or emulation._device_plugin() is not None:  # pylint: disable=protected-access
             return
@@ -404,36 +398,11 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
                 "backend='emulation', or set_device_sat_mode(1) for IEEE arithmetic.",
                 OverflowInvisibleWarning, stacklevel=3)
 
-    def _replica_status(self, grads_and_vars, reader, observed):
-        grads = [g for g, _ in grads_and_vars if g is not None]
-        if observed:
-            flags, waits, unchecked = _observed.split(self._observed_attr(), grads_and_vars)
-        else:
-            flags, waits, unchecked = [], [], grads
-        return self._detector.read_status(unchecked, reader=reader, known_flags=flags,
-                                          wait_for=grads + waits)
-
-    def _read_and_agree(self, distribution, grads_and_vars, state, observed):
-        """(status agreed across replicas and ranks, ops that clear what was read)."""
-        reader = state["reader"]
-        if tf.distribute.has_strategy():
-            per_replica = distribution.extended.call_for_each_replica(
-                self._replica_status, args=(grads_and_vars, reader, observed))
-            status = distribution.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-            end_ops = distribution.extended.call_for_each_replica(
-                lambda s: self._detector.end_step(s, reader=reader), args=(per_replica,))
-            end_ops = [op for op in tf.nest.flatten(distribution.experimental_local_results(
-                end_ops)) if op is not None]
-        else:
-            status = self._replica_status(grads_and_vars, reader, observed)
-            end_op = self._detector.end_step(status, reader=reader)
-            end_ops = [end_op] if end_op is not None else []
-        if self._is_distributed:
-            agreement = agreement_lib.make_agreement(self._agreement_choice, self._backend_name)
-            status = agreement.reduce(status)
-        else:
-            agreement_lib.warn_if_ranks_may_diverge()
-        return status, end_ops
+    def _read_and_agree(self, step, distribution, grads_and_vars, observed):
+        """(status agreed across replicas and ranks, ops that clear what was read): ``step``'s
+        read (with the marks of ``compute_gradients`` when ``observed``) and agreement."""
+        status = step.read_replicas(distribution, grads_and_vars, observed)
+        return step.agree_status(status), step.end_ops
 
     def _bookkeeping(self, state, finite, global_step, before):
         """Manager update, skipped count, stuck warning, report. Returns (ops, report)."""
@@ -495,15 +464,16 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         state = self._state()
         self._prepare_inner(grads_and_vars)
         self._warn_if_blind()
+        step = self._overflow.start(state["reader"])   # this step's one detection protocol
         if self._accumulation_steps > 1:
             finite, report = _accumulation.accumulating_apply(
-                self, distribution, grads_and_vars, global_step, name, state)
+                self, step, distribution, grads_and_vars, global_step, name, state)
             finite = tf.identity(finite, name=FINITE_OP_NAME)
             report["finite"] = finite if self._check_overflow else None
             state["finite"] = finite
             ops = [finite]
         else:
-            status, end_ops = self._read_and_agree(distribution, grads_and_vars, state, True)
+            status, end_ops = self._read_and_agree(step, distribution, grads_and_vars, True)
             finite = tf.reduce_all(tf.equal(status, 0.0), name=FINITE_OP_NAME)
             state["finite"] = finite
             maybe_apply, ops, report = self._skip_or_apply(

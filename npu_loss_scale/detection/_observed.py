@@ -13,7 +13,9 @@ covered its gradient, and the gradient it returned. ``apply_gradients`` then sor
   :func:`reached`, for all of them);
 - anything else: unchecked, the read checks it.
 
-Marks live on the graph object (an attribute named per optimizer), as the rest of the
+The optimizer reaches these through its :class:`~npu_loss_scale.detection.step.OverflowCheck`
+(``observe`` and ``mark`` when the gradients are built, ``StepCheck.read_status`` at the read).
+Marks live on the graph object (an attribute named per ``OverflowCheck``), as the rest of the
 optimizer's per-graph state (:mod:`npu_loss_scale._internal.graphs`); eager execution keeps none.
 """
 import tensorflow as tf
