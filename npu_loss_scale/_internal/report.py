@@ -41,9 +41,11 @@ Example::
 """
 import numpy as np
 
-#: The keys a StepReport may hold, in the order reports describe them.
-KEYS = ("finite", "overflow", "skipped", "loss_scale", "next_loss_scale", "scale",
-        "skipped_steps", "global_step", "iteration", "step", "sites")
+#: The keys of a step's verdict, and every key a StepReport may hold (verdict first, then its
+#: numbers in the order reports describe them).
+VERDICT_KEYS = ("finite", "overflow", "skipped")
+KEYS = VERDICT_KEYS + ("loss_scale", "next_loss_scale", "scale", "skipped_steps", "global_step",
+                       "iteration", "step", "sites")
 
 
 def _plain(value):
@@ -89,7 +91,8 @@ class StepReport(dict):
     def details(self):
         """``{key: plain value}`` of the step's numbers that are known (not None), in
         :data:`KEYS` order, verdicts left out."""
-        return {key: self._get(key) for key in KEYS[3:] if self.get(key) is not None}
+        return {key: self._get(key) for key in KEYS
+                if key not in VERDICT_KEYS and self.get(key) is not None}
 
     def __repr__(self):
         return "StepReport(%s)" % dict.__repr__(self)
@@ -104,4 +107,4 @@ def of_record(record):
                       sites=len(record.sites))
 
 
-__all__ = ["StepReport", "KEYS", "of_record"]
+__all__ = ["StepReport", "KEYS", "VERDICT_KEYS", "of_record"]

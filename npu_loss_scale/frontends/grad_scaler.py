@@ -199,8 +199,7 @@ class GradScaler(_staged.StagedChildren, tf.Module):
         ``unscale_()``) and ``update()``: ``overflow`` (an optimizer's gradients overflowed this
         iteration, so ``update()`` backs off) and ``scale`` (:meth:`get_scale`). Read it eagerly;
         ``update()`` ends the iteration and forgets it."""
-        found = [state["found_inf"] for state in self._current().states.values()
-                 if state.get("found_inf") is not None]
+        found = self._current().found_infs()
         if not found:
             raise ValueError("the GradScaler has no step recorded in this iteration: read its "
                              "step_report after scaler.step(...) and before scaler.update() "
@@ -464,8 +463,7 @@ class GradScaler(_staged.StagedChildren, tf.Module):
         if self._async():
             thread = self._py.thread
             return thread._enqueue_update(iteration, new_scale)  # pylint: disable=protected-access
-        found_infs = [s["found_inf"] for s in iteration.states.values()
-                      if s["found_inf"] is not None]
+        found_infs = iteration.found_infs()
         # Raise before anything changes: the iteration is kept, so a corrected retry works.
         if new_scale is None and any(not _same_context(f) for f in found_infs):
             raise RuntimeError("update() must run where step()/unscale_() of this iteration ran: "

@@ -162,8 +162,7 @@ class OptimizerThread:
         self._raise_pending()
         scaler = self._scaler
         py = scaler._py  # pylint: disable=protected-access
-        if new_scale is None and iteration.submitted == 0 and not any(
-                s["found_inf"] is not None for s in iteration.states.values()):
+        if new_scale is None and iteration.submitted == 0 and not iteration.found_infs():
             raise NoInfChecksError("No inf checks were recorded prior to update().")
         iteration.stop_recording()
         py.iteration = Iteration()
@@ -176,8 +175,7 @@ class OptimizerThread:
         if new_scale is not None:
             scaler._scale.assign(float(new_scale))  # pylint: disable=protected-access
         else:
-            found_infs = [float(s["found_inf"]) for s in iteration.states.values()
-                          if s["found_inf"] is not None]
+            found_infs = [float(f) for f in iteration.found_infs()]
             if not found_infs:
                 raise NoInfChecksError("No inf checks were recorded prior to update() (no job "
                                        "of this iteration called unscale_() or step()).")

@@ -36,6 +36,12 @@ class Iteration:
                                                       "optimizer": optimizer,
                                                       "handed_out": None})
 
+    def found_infs(self):
+        """The found-overflow flags recorded so far, one per optimizer that ran ``unscale_`` or
+        ``step`` in this iteration."""
+        return [state["found_inf"] for state in self.states.values()
+                if state["found_inf"] is not None]
+
     def stop_recording(self):
         """Stops the eager records of ``unscale_`` started on the calling thread."""
         for state in self.states.values():
