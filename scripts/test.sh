@@ -12,8 +12,8 @@
 #   tf215  TensorFlow 2.15 (+ tensorflow-estimator, Horovod, the BERT model): the whole suite
 #   tf221  TensorFlow 2.21 (+ Horovod): the whole suite except the tests marked tf_independent
 #          (pure NumPy/Python logic, which tf215 already runs)
-#   tf115  TensorFlow 1.15 on Python 3.7 (Ascend's TF1 adapter's stack): the test files listed in
-#          scripts/stacks/tf115.txt (+ tf115-extra.txt)
+#   tf115  TensorFlow 1.15 on Python 3.7 (Ascend's TF1 adapter's stack; + Horovod): the test
+#          files listed in scripts/stacks/tf115.txt (+ tf115-extra.txt)
 #   tf265  TensorFlow 2.6.5 on Python 3.9 (Ascend's TF2 adapter's stack): scripts/stacks/tf265.txt
 # --quick leaves out the tests marked slow, distributed or bert, and sets up none of their needs.
 #
@@ -62,6 +62,7 @@ step() {
 
 # What the whole-suite stacks' distributed and bert tests need beyond setup_env.sh: Horovod
 # (built once per TensorFlow version, then cached) and the BERT job's model and data packages.
+# The tf115 stack (the TF1 adapter's) gets Horovod alone, for its Horovod tests.
 setup_extras() {
   local stack="$1" venv="$venv_root/$1"
   if [ -f scripts/build_horovod.sh ]; then
@@ -158,12 +159,14 @@ for stack in "${stacks[@]}"; do
   if uses_xdist "$stack"; then
     step "$stack pytest-xdist" setup_xdist "$stack"
   fi
-  case "$stack" in tf215|tf221) ;; *) continue ;; esac
+  case "$stack" in tf215|tf221|tf115) ;; *) continue ;; esac
   [ "$quick" = 0 ] || continue
-  if selection_needs_extras "$stack"; then
-    step "$stack extras (Horovod, BERT packages)" setup_extras "$stack"
-  else
+  if ! selection_needs_extras "$stack"; then
     echo "[test] $stack: the selection has no distributed or bert test: no Horovod or BERT set-up"
+  elif [ "$stack" = tf115 ]; then
+    step "$stack extras (Horovod)" bash scripts/build_horovod.sh "$venv_root/$stack"
+  else
+    step "$stack extras (Horovod, BERT packages)" setup_extras "$stack"
   fi
 done
 
