@@ -63,6 +63,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+# Variables TensorFlow 2 sets in its own process when imported (a recipe writing JPEG or
+# TFRecord data imports it here). Inherited, TF2_BEHAVIOR=1 turns a TensorFlow 1.15 script's
+# graph mode into eager execution: each script gets them as they were before.
+_SET_BY_TF_IMPORT = {name: os.environ.get(name) for name in ("TF2_BEHAVIOR", "TPU_ML_PLATFORM")}
 sys.path.insert(0, HERE)
 import survey_ascend_scripts as survey  # noqa: E402  pylint: disable=wrong-import-position
 import ascend_recipes as recipes  # noqa: E402  pylint: disable=wrong-import-position
@@ -309,12 +313,12 @@ def script_timeout(timeout, recipe=None):
     return max(timeout, getattr(recipe, "TIMEOUT", 0) or 0)
 
 
-def in_mount_namespace(cmd, fixed):
+def in_mount_namespace(cmd, fixed, cwd=None):
     """``cmd`` run in a private mount namespace where each absolute path of ``fixed`` shows the
-    folder it maps to (a recipe's ``FIXED_PATHS``): a path that exists is bound over; else an
-    empty tmpfs covers its deepest existing ancestor (in that namespace only) and the path is
-    made in it. Nothing changes outside the run's own namespace; it needs root and
-    ``unshare``."""
+    folder it maps to (a recipe's ``FIXED_PATHS``, its model copy): a path that exists is bound
+    over; else an empty tmpfs covers its deepest existing ancestor (in that namespace only) and
+    the path is made in it. ``cwd``, entered again after the mounts, is seen through them.
+    Nothing changes outside the run's own namespace; it needs root and ``unshare``."""
     if os.name != "posix" or os.geteuid() != 0 or shutil.which("unshare") is None:
         raise RuntimeError("the recipe's FIXED_PATHS (%s) need a private mount namespace: run as "
                            "root on Linux with unshare (util-linux)" % ", ".join(sorted(fixed)))
@@ -338,6 +342,8 @@ def in_mount_namespace(cmd, fixed):
                 covered.add(ancestor)
             lines.append("mkdir -p %s" % shlex.quote(path))
         lines.append("mount --bind %s %s" % (shlex.quote(source), shlex.quote(path)))
+    if cwd is not None:
+        lines.append("cd %s" % shlex.quote(cwd))
     lines.append('exec "$@"')
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines),
             "sh"] + list(cmd)
@@ -358,8 +364,10 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, nati
         tf1 = getattr(recipe, "TF1", tf1)
         timeout = script_timeout(timeout, recipe)
         ctx = recipes.Context(os.path.join(work, "recipe"), data, out, model, script, args,
-                              corpus)
+                              corpus, python=python, package_root=REPO)
         os.makedirs(ctx.work, exist_ok=True)
+        if getattr(recipe, "MODEL_COPY", False):
+            ctx.copy_model()
         args, recipe_env = recipe.prepare(ctx)
         args, recipe_env = list(args), dict(recipe_env or {})
         if getattr(recipe, "CWD", None) == "work":
@@ -369,6 +377,11 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, nati
     cmd = [python, "-m", "npu_loss_scale.emulate", "--report", report] + (["--tf1"] if tf1 else [])
     cmd += [script] + args
     env = dict(os.environ)
+    for name, value in _SET_BY_TF_IMPORT.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     env.update({"RANK_SIZE": "1", "RANK_ID": "0", "DEVICE_ID": "0", "ASCEND_DEVICE_ID": "0",
                 "JOB_ID": "10086", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])})
@@ -378,10 +391,15 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, nati
         env["PYTHONPATH"] = os.pathsep.join([REPO, recipe_env["PYTHONPATH"]]
                                             + base_path.split(os.pathsep)[1:])
     start = time.time()
-    if recipe is not None and getattr(recipe, "FIXED_PATHS", None):
+    fixed = {}
+    if recipe is not None:
+        fixed = {path: os.path.join(ctx.work, folder)
+                 for path, folder in (getattr(recipe, "FIXED_PATHS", None) or {}).items()}
+        if ctx.model_copy is not None:
+            fixed[model] = ctx.model_copy
+    if fixed:
         try:
-            cmd = in_mount_namespace(cmd, {path: os.path.join(ctx.work, folder)
-                                           for path, folder in recipe.FIXED_PATHS.items()})
+            cmd = in_mount_namespace(cmd, fixed, cwd)
         except (RuntimeError, ValueError) as err:
             return {"script": os.path.relpath(script, corpus), "tf1": tf1, "args": args,
                     "recipe": os.path.basename(recipe.__file__), "outcome": "failed",

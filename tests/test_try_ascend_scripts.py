@@ -446,3 +446,75 @@ def test_a_recipes_fixed_path_shows_its_folder_in_the_runs_own_mount_namespace(t
         mod.in_mount_namespace(cmd, {str(tmp_path / "elsewhere" / "data"): str(source)})
     with pytest.raises(ValueError, match="absolute paths"):
         mod.in_mount_namespace(cmd, {"relative/data": str(source)})
+
+
+def test_a_model_copy_takes_the_builds_and_outputs_and_the_script_keeps_its_graph_mode(tmp_path):
+    """MODEL_COPY: a recipe runs the model's own build step in a copy of the model directory
+    (``ctx.run_python``, the script's interpreter); the script, run at its corpus path, imports
+    what was built, reads a file relative to its folder and writes under its own root, all in the
+    copy; the corpus is left as it was. The recipe imports TensorFlow to write its data, which
+    sets TF2_BEHAVIOR=1 in the runner: the script must not inherit it (on TensorFlow 1.15 it
+    turns graph mode into eager execution)."""
+    root = str(tmp_path / "zoo")
+    model = os.path.join(root, "E_ID0005_for_TensorFlow")
+    _write(root, "E_ID0005_for_TensorFlow/src/train.py", """
+        import os
+        import tensorflow as tf
+        from npu_bridge.npu_init import *
+        import built                                  # what the build step wrote
+        def main():
+            here = os.path.dirname(os.path.abspath(__file__))
+            setting = open("setting.txt").read().strip()  # relative to the folder it runs from
+            with open(os.path.join(here, "..", "outputs.txt"), "w") as out:
+                inherited = [v for v in open("/proc/self/environ").read().split("\\0")
+                             if v.startswith("TF2_BEHAVIOR=")]  # as exec'd, not as TF set it
+                out.write("%s %s %s" % (built.VALUE, setting, inherited))
+            tf.compat.v1.disable_eager_execution()
+            w = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.ones_initializer())
+            opt = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                        FixedLossScaleManager(8))
+            op = opt.minimize(w * w)
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                sess.run(op)
+        if __name__ == "__main__":
+            main()
+        """)
+    _write(root, "E_ID0005_for_TensorFlow/src/setting.txt", "as shipped\n")
+    before = sorted(os.path.relpath(os.path.join(d, f), model)
+                    for d, _, files in os.walk(model) for f in files)
+    recipes = str(tmp_path / "recipes")
+    _write(recipes, "e_recipe.py", """
+        import os
+        MODEL_DIR = "E_ID0005_for_TensorFlow"
+        ENTRY = "src/train.py"
+        MODEL_COPY = True
+        def prepare(ctx):
+            import tensorflow  # as recipes writing JPEG or TFRecord data do
+            assert os.environ.get("TF2_BEHAVIOR") == "1"
+            ctx.run_python(["-c", "open('built.py', 'w').write('VALUE = 42')"],
+                           os.path.join(ctx.model_copy, "src"))
+            return [], {}
+        """)
+    results_file = str(tmp_path / "results.json")
+    env = _env()
+    env.pop("TF2_BEHAVIOR", None)   # this test's own TensorFlow set it
+    out = subprocess.run([sys.executable, TRY, root, "--sample", "1", "--timeout", "240",
+                          "--recipes", recipes, "--keep", str(tmp_path / "runs"),
+                          "--json", results_file], env=env, capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with open(results_file, encoding="utf-8") as handle:
+        results = json.load(handle)
+    assert len(results) == 1, out.stdout
+    result = results[0]
+    after = sorted(os.path.relpath(os.path.join(d, f), model)
+                   for d, _, files in os.walk(model) for f in files)
+    assert after == before                            # nothing written into the corpus
+    if os.name != "posix" or os.geteuid() != 0:
+        assert result["outcome"] == "failed" and "root on Linux with unshare" in result["barrier"]
+        return
+    assert (result["outcome"], result["barrier"]) == ("trained", "-"), result["stderr_tail"]
+    copy = os.path.join(str(tmp_path / "runs"), "00", "recipe", "model")
+    with open(os.path.join(copy, "outputs.txt"), encoding="utf-8") as handle:
+        assert handle.read() == "42 as shipped []"

@@ -32,16 +32,28 @@ One module per model directory, named freely (``bert_google_finetune.py``), with
     path written into their code: the script runs in a private mount namespace where that path
     shows the folder (``try_ascend_scripts.in_mount_namespace``; root and ``unshare`` needed).
     Nothing is written outside the work folder.
+``MODEL_COPY`` (optional)
+    ``True`` for scripts that write into their own model directory (a build step's extension
+    modules, outputs under the model's root): the runner copies the model directory to
+    ``ctx.model_copy`` (under ``ctx.work``) before ``prepare``, and the script runs in a private
+    mount namespace where the model directory shows that copy. The corpus is never written.
 
 ``ctx`` has ``work`` (an empty folder for this run), ``data`` (the generic synthetic folder),
 ``out`` (an empty output folder), ``model_dir`` and ``script`` (absolute paths),
-``generic_args`` and ``corpus`` (the corpus root: Ascend's tools that users copy next to their
-code, such as ``precision_tool``, are found in other model directories there). Helpers below write the formats several recipes share.
+``generic_args``, ``corpus`` (the corpus root: Ascend's tools that users copy next to their
+code, such as ``precision_tool``, are found in other model directories there; see
+:func:`precision_tool_dir`), ``python`` (the interpreter the script runs with) and
+``model_copy`` (see ``MODEL_COPY``; else None); ``ctx.run_python(args, cwd)`` runs a model's
+own build step with that interpreter and the package under test importable. Helpers below
+write the formats several recipes share.
 """
 import importlib.util
 import os
 import random
+import shutil
 import struct
+import subprocess
+import sys
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,16 +84,56 @@ def load_recipes(folder=HERE):
 class Context:  # pylint: disable=too-few-public-methods
     """What a recipe's ``prepare`` gets (see the module docstring)."""
 
-    def __init__(self, work, data, out, model_dir, script, generic_args, corpus=None):
+    def __init__(self, work, data, out, model_dir, script, generic_args, corpus=None,
+                 python=None, package_root=None):
         self.work, self.data, self.out = work, data, out
         self.model_dir, self.script, self.generic_args = model_dir, script, list(generic_args)
-        self.corpus = corpus
+        self.corpus, self.python, self.package_root = corpus, python, package_root
+        self.model_copy = None
+
+    def copy_model(self):
+        """Copies the model directory to ``<work>/model`` (compiled Python left out); returns and
+        remembers the copy's path (``model_copy``)."""
+        self.model_copy = os.path.join(self.work, "model")
+        shutil.copytree(self.model_dir, self.model_copy,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        return self.model_copy
+
+    def run_python(self, args, cwd):
+        """Runs ``python args`` (the script's interpreter, the package under test first on
+        ``PYTHONPATH``) in ``cwd``; raises ``RuntimeError`` with its output's end if it fails."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [p for p in (self.package_root, env.get("PYTHONPATH")) if p])
+        proc = subprocess.run([self.python or sys.executable] + list(args), cwd=cwd, env=env,
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError("%s failed in %s (exit %d):\n%s"
+                               % (" ".join(args), cwd, proc.returncode,
+                                  (proc.stdout + proc.stderr)[-3000:]))
+        return proc.stdout
 
     def path(self, *parts):
         """A path under the work folder, its parent folders created."""
         path = os.path.join(self.work, *parts)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return path
+
+
+def precision_tool_dir(corpus):
+    """The corpus's first copy (sorted) of Ascend's precision-analysis tool, ``precision_tool``
+    with ``config.py`` and ``tf_config.py``: a folder users copy next to their code, which some
+    model directories import and do not ship."""
+    found = []
+    for folder, subdirs, files in os.walk(corpus):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+        if os.path.basename(folder) == "precision_tool" and \
+                {"config.py", "tf_config.py"} <= set(files):
+            found.append(folder)
+    if not found:
+        raise FileNotFoundError("no precision_tool folder with config.py and tf_config.py under "
+                                "%s: the script imports Ascend's precision tool" % corpus)
+    return sorted(found)[0]
 
 
 # -- formats several recipes share ------------------------------------------------------------------

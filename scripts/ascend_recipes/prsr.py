@@ -16,7 +16,7 @@ What the script expects of its machine, given as a user of it would (the script 
 """
 import os
 
-from ascend_recipes import jpeg_bytes, write_text
+from ascend_recipes import jpeg_bytes, precision_tool_dir, write_text
 
 MODEL_DIR = "TensorFlow/contrib/cv/prsr/PRSR_ID2111_for_TensorFlow"
 ENTRY = "train.py"
@@ -36,19 +36,4 @@ def prepare(ctx):
     args = ["--imgs_list_path", listing, "--train_dir", ctx.path("output", "x")[:-2],
             "--samples_dir", ctx.path("samples", "x")[:-2], "--num_epoch", "1",
             "--batch_size", "2", "--use_gpu", "False"]
-    return args, {"PYTHONPATH": _precision_tool_parent(ctx.corpus)}
-
-
-def _precision_tool_parent(corpus):
-    """The folder holding the corpus's first copy (sorted) of Ascend's ``precision_tool`` with the
-    two modules PRSR imports."""
-    found = []
-    for folder, subdirs, files in os.walk(corpus):
-        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
-        if os.path.basename(folder) == "precision_tool" and \
-                {"config.py", "tf_config.py"} <= set(files):
-            found.append(os.path.dirname(folder))
-    if not found:
-        raise FileNotFoundError("no precision_tool folder with config.py and tf_config.py under "
-                                "%s: PRSR imports Ascend's precision tool" % corpus)
-    return sorted(found)[0]
+    return args, {"PYTHONPATH": os.path.dirname(precision_tool_dir(ctx.corpus))}
