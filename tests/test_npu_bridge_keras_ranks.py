@@ -18,6 +18,7 @@ from npu_loss_scale import agreement
 from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.device import register as emulation
 from rank_lines import json_events
+from tf_versions import tf2_only
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "ascend_keras_two_rank.py")
@@ -125,6 +126,7 @@ def test_tf1_keras_session_script_averages_gradients_and_broadcasts_at_two_ranks
 
 
 @pytest.mark.distributed
+@tf2_only  # TF2 Keras fit
 def test_tf2_keras_fit_averages_gradients_and_broadcasts_at_two_ranks(tmp_path):
     by_rank = _launch([SCRIPT, "--tf2"], tmp_path)
     _check_reduce_scatter(by_rank)

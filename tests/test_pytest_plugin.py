@@ -8,13 +8,18 @@ import os
 import re
 import sys
 import types
-from importlib import metadata
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+try:
+    from importlib import metadata
+except ImportError:   # Python 3.7 (the TF 1.15 stack): pytest's own dependency, the backport
+    import importlib_metadata as metadata
+
 import npu_loss_scale as nls
+from tf_versions import tf2_only
 from npu_loss_scale.cli import emulate
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale.device import saturation
@@ -29,8 +34,23 @@ USER_SCRIPT = os.path.join(HERE, "scripts", "ascend_user_train.py")
 PLUGIN = "npu_loss_scale.pytest_plugin"
 
 
+def _pytest11(entry_points):
+    """The ``pytest11`` entry points among ``entry_points``: a dict of groups from
+    ``metadata.entry_points()`` before Python 3.10, a selectable collection after, a list from a
+    distribution."""
+    if isinstance(entry_points, dict):
+        return list(entry_points.get("pytest11", ()))
+    return [e for e in entry_points if e.group == "pytest11"]
+
+
 def _entry_points():
-    return [e for e in metadata.entry_points(group="pytest11") if e.value == PLUGIN]
+    """The plugin's entry points, once each (Python 3.9 lists a distribution once per path
+    entry it is found on: the checkout on PYTHONPATH and its editable install)."""
+    found = {}
+    for entry in _pytest11(metadata.entry_points()):
+        if entry.value == PLUGIN:
+            found.setdefault((entry.name, entry.value), entry)
+    return list(found.values())
 
 
 # -- how the plugin is loaded -----------------------------------------------------------------------
@@ -39,7 +59,7 @@ def test_plugin_is_loaded_through_its_entry_point(pytestconfig):
     assert [e.name for e in found] == ["npu_loss_scale"], (
         "no pytest11 entry point for %s: the package is installed without it (reinstall it: "
         "bash scripts/setup_env.sh, or pip install -e .)" % PLUGIN)
-    assert metadata.distribution("npu-loss-scale").entry_points.select(group="pytest11")
+    assert _pytest11(metadata.distribution("npu-loss-scale").entry_points)
     manager = pytestconfig.pluginmanager
     assert manager.get_plugin("npu_loss_scale") is sys.modules[PLUGIN]
     from_distributions = {id(plugin): dist for plugin, dist in manager.list_plugin_distinfo()}
@@ -173,6 +193,7 @@ DEVICE_TESTS = """
 """
 
 
+@tf2_only  # its test file reads the register eagerly
 def test_npu_device_fixture_sets_up_and_restores_the_emulated_device(pytester):
     result = _run_inner(pytester, test_device=DEVICE_TESTS)
     result.assert_outcomes(passed=9)
@@ -351,6 +372,7 @@ def test_helpers_read_a_loss_scale_hook_and_its_history(graph, session):
     assert_no_overflow(hook.history[1])
 
 
+@tf2_only  # TF2 Keras
 def test_helpers_read_the_keras_optimizer_after_a_step():
     from npu_loss_scale.keras import (  # pylint: disable=import-outside-toplevel
         NpuLossScaleOptimizer)
@@ -368,6 +390,7 @@ def test_helpers_read_the_keras_optimizer_after_a_step():
     assert var.numpy()[0] < 1.0                 # applied
 
 
+@tf2_only  # GradScaler runs eagerly
 def test_helpers_read_the_grad_scaler_between_step_and_update():
     var = tf.Variable([1.0])
     opt = tf.keras.optimizers.SGD(0.1)

@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 
+from tf_versions import tf2_only
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = "---- end of block ----"
 
@@ -57,10 +59,23 @@ def test_the_readme_command_runs_the_readme_script_as_shown(tmp_path):
     assert result.stdout.strip().splitlines() == expected
 
 
+@tf2_only  # its GradScaler and Keras snippets are TF2 code; the graph ones run on 1.15 below
 def test_the_readme_snippets_print_what_their_comments_say(tmp_path):
     """Each snippet after the pytest test, in one process, each in a namespace of its own."""
     snippets = quick_start()[0][2:]
     assert len(snippets) == 4   # NPULossScaleOptimizer, GradScaler, Keras, Megatron
+    _assert_snippets_print_what_their_comments_say(snippets, tmp_path)
+
+
+def test_the_readme_graph_snippets_print_what_their_comments_say_on_every_stack(tmp_path):
+    """The snippets written as TF1 graphs with a Session (NPULossScaleOptimizer's, Megatron's):
+    what a TensorFlow 1.15 user of the quick start runs, after the script and its test."""
+    snippets = [code for code in quick_start()[0][2:] if "tf.Graph().as_default()" in code]
+    assert len(snippets) == 2   # NPULossScaleOptimizer, Megatron
+    _assert_snippets_print_what_their_comments_say(snippets, tmp_path)
+
+
+def _assert_snippets_print_what_their_comments_say(snippets, tmp_path):
     expected = [re.findall(r"^\s*print\(.*\)\s+# (.+)$", code, re.M)[-1].strip()
                 for code in snippets]
     runner = ("import json, sys\n"

@@ -58,6 +58,7 @@ import tensorflow as tf
 
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale._internal.compat import tape
+from npu_loss_scale._internal.compat.scripts import NATIVE_TF1
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 
 CUBE_OPS = frozenset([
@@ -316,8 +317,17 @@ def install_op_precision(mode):
     :func:`uninstall_op_precision`. Ops built before the call are not changed (the device
     applies its options when it is opened, before the model is built). Returns the mode; a
     mode that casts nothing (``force_fp32``, ``must_keep_origin_dtype``) installs nothing.
+    TensorFlow 1.x has no TF2 code to act on (its ``tf.compat.v1`` graphs are the sessions'):
+    there it raises ``NotImplementedError``.
     """
     mode = check_precision_mode(mode)
+    if NATIVE_TF1:
+        raise NotImplementedError(
+            "install_op_precision(%r) applies precision_mode to TF2 code (eager ops and "
+            "tf.function graphs), as npu_device does; TensorFlow %s runs TF1 graphs, whose "
+            "sessions apply it: use set_default_precision_mode(%r) with install_session_hook() "
+            "(python -m npu_loss_scale.emulate and the pytest plugin's npu_device do)"
+            % (mode, tf.__version__, mode))
     rule = _OpRule(mode)
     uninstall_op_precision()
     if not rule.types:

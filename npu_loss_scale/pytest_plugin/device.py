@@ -105,11 +105,13 @@ class NPUDevice:
     @precision_mode.setter
     def precision_mode(self, mode):
         from npu_loss_scale.device import precision  # pylint: disable=import-outside-toplevel
+        from npu_loss_scale._internal.compat.scripts import (  # pylint: disable=import-outside-toplevel
+            NATIVE_TF1)
         if mode is not None:
             precision.check_precision_mode(mode)
         self._ensure_precision_hook()
-        precision.set_default_precision_mode(mode)
-        if mode is None:
+        precision.set_default_precision_mode(mode)   # TF1 graphs: their sessions apply it
+        if mode is None or NATIVE_TF1:
             precision.uninstall_op_precision()
         else:
             precision.install_op_precision(mode)   # TF2 code: eager ops and tf.function graphs

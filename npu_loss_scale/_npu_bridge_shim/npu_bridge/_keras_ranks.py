@@ -31,8 +31,9 @@ def cluster(what):
 
 
 def _graph_mode():
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return not tf.compat.v1.executing_eagerly_outside_functions()
+    from npu_loss_scale._internal.compat.ops import (  # pylint: disable=import-outside-toplevel
+        executing_eagerly_outside_functions)
+    return not executing_eagerly_outside_functions()
 
 
 def _require_eager_collectives(what):

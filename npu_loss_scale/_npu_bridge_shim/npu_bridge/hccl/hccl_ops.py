@@ -34,12 +34,14 @@ def _each(tensor, fn):
 
 
 def _collective(cluster, build):
-    from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
+    """``build(collectives, keys)`` on this rank's device: the TensorFlow collectives of this
+    release (``_internal.compat.collectives``) and the group's keys, with a new instance key."""
+    from npu_loss_scale._internal.compat import collectives  # pylint: disable=import-outside-toplevel
     with tf.device(cluster.device):
-        return build(collective_ops, dict(group_size=cluster.group_size,
-                                          group_key=cluster.group_key,
-                                          instance_key=cluster.next_instance_key(),
-                                          timeout=cluster.timeout))
+        return build(collectives, dict(group_size=cluster.group_size,
+                                       group_key=cluster.group_key,
+                                       instance_key=cluster.next_instance_key(),
+                                       timeout=cluster.timeout))
 
 
 def _one_rank(what, tensor):
@@ -59,8 +61,8 @@ def allreduce(tensor, reduction, fusion=1, fusion_id=-1, group="hccl_world_group
     cluster = _group("allreduce")
     if cluster is None:
         return _one_rank("allreduce", tensor)
-    return _each(tensor, lambda t: _collective(cluster, lambda ops, kw: ops.all_reduce_v2(
-        t, merge_op=_MERGE[reduction], final_op="Id", **kw)))
+    return _each(tensor, lambda t: _collective(cluster, lambda ops, kw: ops.all_reduce(
+        t, _MERGE[reduction], **kw)))
 
 
 def broadcast(tensor, root_rank, fusion=2, fusion_id=0, group="hccl_world_group"):  # pylint: disable=unused-argument
@@ -75,8 +77,7 @@ def broadcast(tensor, root_rank, fusion=2, fusion_id=0, group="hccl_world_group"
 
     def from_root(t):
         mine = t if cluster.rank == root_rank else tf.zeros_like(t)
-        return _collective(cluster, lambda ops, kw: ops.all_reduce_v2(
-            mine, merge_op="Add", final_op="Id", **kw))
+        return _collective(cluster, lambda ops, kw: ops.all_reduce(mine, "Add", **kw))
 
     return _each(tensor, from_root)
 
@@ -89,8 +90,7 @@ def allgather(tensor, rank_size, group="hccl_world_group"):  # pylint: disable=u
     cluster = _group("allgather")
     if cluster is None:
         return _one_rank("allgather", tensor)
-    return _each(tensor, lambda t: _collective(cluster, lambda ops, kw: ops.all_gather_v2(
-        t, **kw)))
+    return _each(tensor, lambda t: _collective(cluster, lambda ops, kw: ops.all_gather(t, **kw)))
 
 
 def reduce_scatter(tensor, reduction, rank_size, group="hccl_world_group", fusion=0,  # pylint: disable=unused-argument
@@ -119,7 +119,7 @@ def _scatter_part(cluster, tensor, reduction):
     if tensor.shape.rank == 0:
         raise ValueError("hccl_ops.reduce_scatter: tensor must have at least one dimension (axis "
                          "0 is divided among the %d ranks); got a scalar %r" % (size, tensor))
-    rows = tensor.shape[0]
+    rows = tf.compat.dimension_value(tensor.shape[0])   # a Dimension on TensorFlow 1.15
     checks = []
     if rows is not None and rows % size:
         raise ValueError("hccl_ops.reduce_scatter: axis 0 of tensor must be a multiple of "
@@ -130,8 +130,8 @@ def _scatter_part(cluster, tensor, reduction):
             message="hccl_ops.reduce_scatter: axis 0 of tensor must be a multiple of rank_size=%d"
             % size))
     with tf.control_dependencies(checks):
-        reduced = _collective(cluster, lambda ops, kw: ops.all_reduce_v2(
-            tensor, merge_op=_MERGE[reduction], final_op="Id", **kw))
+        reduced = _collective(cluster, lambda ops, kw: ops.all_reduce(
+            tensor, _MERGE[reduction], **kw))
     part = tf.shape(reduced)[0] // size
     out = reduced[cluster.rank * part:(cluster.rank + 1) * part]
     if rows is not None:
