@@ -8,7 +8,9 @@
   1.15 has it only in ``tensorflow.python.framework.ops``.
 """
 import tensorflow as tf
-from tensorflow.python.framework.ops import executing_eagerly_outside_functions  # noqa: F401
+from tensorflow.python.framework.ops import executing_eagerly_outside_functions
 
 # 1.15's tf.where is the v1 op (asking for tf.where_v2 there logs a deprecation warning).
 where = tf.compat.v2.where if tf.where is tf.compat.v1.where else tf.where
+
+__all__ = ["executing_eagerly_outside_functions", "where"]
