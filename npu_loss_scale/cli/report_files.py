@@ -5,6 +5,7 @@ import sys
 
 from npu_loss_scale._internal import messages as _messages
 from npu_loss_scale.device import localisation
+from npu_loss_scale.device.overflow_report import per_rank
 from npu_loss_scale.tools import advisor
 
 
@@ -20,7 +21,6 @@ def entry_point_tools(overflow_report=None, advise=None, advise_loss_scale=1.0):
         yield
         return
     # the file names first: a bad RANK_SIZE or RANK_ID refuses them before anything changes
-    per_rank = localisation._per_rank  # pylint: disable=protected-access
     overflow_report, advise = per_rank(overflow_report), per_rank(advise)
     observe = advise is not None
     previous = localisation.set_mode(localisation.OBSERVE if observe else localisation.OVERFLOW)

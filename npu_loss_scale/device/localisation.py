@@ -86,7 +86,7 @@ from npu_loss_scale._internal.compat.lookup import MutableHashTable
 from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale.device.overflow_report import (  # noqa: F401  (re-exported)
     OverflowSite, SiteObservation, StepOverflowRecord, append, per_rank as _per_rank,
-    read_report, report_path, set_report_path)
+    read_report, report_path, set_report_path)   # _per_rank: its name here before the move
 
 ENV_VAR = "NPU_LOSS_SCALE_LOCALISE"
 OFF, OVERFLOW, OBSERVE = "off", "overflow", "observe"

@@ -80,26 +80,22 @@ def _build(ctx, utils):
     shutil.rmtree(os.path.join(utils, "build"), ignore_errors=True)
 
 
-def _voc(root, width=240, height=160):
-    """Three images with 16-pixel-wide text boxes (CTPN's split labels) in VOC 2007's layout."""
+def _voc(ctx, width=240, height=160):
+    """Three images with 16-pixel-wide text boxes (CTPN's split labels) in VOC 2007's layout,
+    under ``ctpn_home/VOCdevkit2007/VOC2007`` of the work folder."""
+    voc = ("ctpn_home", "VOCdevkit2007", "VOC2007")
     names = []
     for i in range(_IMAGES):
         name = "img_%d" % i
         names.append(name)
-        with open(_path(root, "JPEGImages", name + ".jpg"), "wb") as out:
+        with open(ctx.path(*voc, "JPEGImages", name + ".jpg"), "wb") as out:
             out.write(jpeg_bytes(height, width, seed=i))
         top = 40 + 10 * i
         objects = "".join(_OBJECT.format(x1=x, y1=top, x2=x + 15, y2=top + 30)
                           for x in range(48, 176, 16))
-        write_text(_path(root, "Annotations", name + ".xml"),
+        write_text(ctx.path(*voc, "Annotations", name + ".xml"),
                    _ANNOTATION.format(name=name, width=width, height=height, objects=objects))
-    write_text(_path(root, "ImageSets", "Main", "trainval.txt"), "\n".join(names) + "\n")
-
-
-def _path(*parts):
-    path = os.path.join(*parts)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    return path
+    write_text(ctx.path(*voc, "ImageSets", "Main", "trainval.txt"), "\n".join(names) + "\n")
 
 
 def prepare(ctx):
@@ -107,8 +103,7 @@ def prepare(ctx):
     shutil.copytree(precision_tool_dir(ctx.corpus), os.path.join(copy, "lib", "precision_tool"),
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     _build(ctx, os.path.join(copy, "lib", "utils"))
-    home = os.path.join(ctx.work, "ctpn_home")
-    _voc(os.path.join(home, "VOCdevkit2007", "VOC2007"))
-    ctx.run_python(["-c", _WRITE_VGG, repr(_VGG16), os.path.join(home, "VGG_imagenet.npy")],
+    _voc(ctx)
+    ctx.run_python(["-c", _WRITE_VGG, repr(_VGG16), ctx.path("ctpn_home", "VGG_imagenet.npy")],
                    ctx.work)
     return [], {}
