@@ -43,7 +43,7 @@ _EXPORTS = {
     "ConstantGradScaler": (".scaling.megatron", "ConstantGradScaler"),
     "DynamicGradScaler": (".scaling.megatron", "DynamicGradScaler"),
     "MegatronGradScaler": (".scaling.megatron", "MegatronGradScaler"),
-    "MegatronGradientProcessor": (".optimizers.megatron", "MegatronGradientProcessor"),
+    "MegatronGradientProcessor": (".optimizers.megatron_gradients", "MegatronGradientProcessor"),
     "MegatronMixedPrecisionOptimizer": (".optimizers.megatron", "MegatronMixedPrecisionOptimizer"),
     "loss_scale_manager_from_flag": (".ascend.flags", "loss_scale_manager_from_flag"),
     "LossScaleHook": (".frontends.hooks", "LossScaleHook"),
@@ -85,7 +85,9 @@ if TYPE_CHECKING:  # what editors and type checkers see; the names load lazily (
     from npu_loss_scale.scaling.megatron import (  # noqa: F401
         ConstantGradScaler, DynamicGradScaler, MegatronGradScaler)
     from npu_loss_scale.optimizers.megatron import (  # noqa: F401
-        MegatronGradientProcessor, MegatronMixedPrecisionOptimizer)
+        MegatronMixedPrecisionOptimizer)
+    from npu_loss_scale.optimizers.megatron_gradients import (  # noqa: F401
+        MegatronGradientProcessor)
     from npu_loss_scale.ascend.flags import (  # noqa: F401
         loss_scale_manager_from_flag)
     from npu_loss_scale.frontends.hooks import (  # noqa: F401
