@@ -40,6 +40,20 @@ def positive_int(name, value):
     return int(value)
 
 
+def non_negative_int(name, value):
+    """``value`` as an int after checking it is an integer >= 0 (bools refused; an integral
+    float such as 3.0 is accepted, as :func:`positive_int` does)."""
+    accepted = "an integer >= 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("%s must be %s; got %r (type %s)"
+                        % (name, accepted, value, type(value).__name__))
+    if not isinstance(value, numbers.Integral) and not float(value).is_integer():
+        raise ValueError("%s must be %s; got %r" % (name, accepted, value))
+    if value < 0:
+        raise ValueError("%s must be %s; got %r" % (name, accepted, value))
+    return int(value)
+
+
 def boolean(name, value):
     if not isinstance(value, bool):
         raise TypeError("%s must be True or False; got %s" % (name, _describe(value)))

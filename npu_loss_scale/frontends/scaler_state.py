@@ -5,7 +5,6 @@ nothing), the checks of their values (constructor arguments, ``update(new_scale)
 state), torch's getters and setters and ``state_dict``/``load_state_dict``, and what an attached
 :class:`~npu_loss_scale.OptimizerThread` changes about reading them (the main thread sees the
 scale of the next step; ``up_to_date=True`` waits for the thread)."""
-import numbers
 import threading
 
 import numpy as np
@@ -310,8 +309,8 @@ class ScalerState(_staged.StagedChildren, tf.Module):
                                              "state_dict['backoff_factor']")
         interval = _checks.positive_int("state_dict['growth_interval']",
                                         state_dict["growth_interval"])
-        tracker = _non_negative_int("state_dict['_growth_tracker']",
-                                    state_dict["_growth_tracker"])
+        tracker = _checks.non_negative_int("state_dict['_growth_tracker']",
+                                            state_dict["_growth_tracker"])
         self._scale.assign(scale)
         self._growth_factor.assign(growth)
         self._backoff_factor.assign(backoff)
@@ -319,20 +318,6 @@ class ScalerState(_staged.StagedChildren, tf.Module):
         self._growth_tracker.assign(tracker)
         self._py.main_scale = scale
         self._py.main_factors = (growth, backoff, interval)
-
-
-def _non_negative_int(name, value):
-    """``value`` as an int after checking it is an integer >= 0 (bools refused; an integral
-    float such as 3.0 is accepted, as ``_checks.positive_int`` does)."""
-    accepted = "an integer >= 0"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError("%s must be %s; got %r (type %s)"
-                        % (name, accepted, value, type(value).__name__))
-    if not isinstance(value, numbers.Integral) and not float(value).is_integer():
-        raise ValueError("%s must be %s; got %r" % (name, accepted, value))
-    if value < 0:
-        raise ValueError("%s must be %s; got %r" % (name, accepted, value))
-    return int(value)
 
 
 __all__ = ["ScalerState", "MIN_SCALE", "MAX_SCALE", "SCALE_ACCEPTED"]
