@@ -54,6 +54,7 @@ import tensorflow as tf
 
 from npu_loss_scale.device.op_precision import install_op_precision, op_precision, \
     op_precision_mode, uninstall_op_precision
+from npu_loss_scale.device.precision_modes import PRECISION_MODES
 from npu_loss_scale.device.precision_rules import CUBE_OPS, FORCE_FP16_OPS, RULES, \
     check_precision_mode, handled_ops, round_to
 
@@ -190,7 +191,7 @@ def uninstall_session_hook():
 
 
 __all__ = [
-    "CUBE_OPS", "FORCE_FP16_OPS", "check_precision_mode", "precision_mode_of",
+    "CUBE_OPS", "FORCE_FP16_OPS", "PRECISION_MODES", "check_precision_mode", "precision_mode_of",
     "apply_precision_mode", "set_default_precision_mode", "install_session_hook",
     "uninstall_session_hook", "install_op_precision", "uninstall_op_precision",
     "op_precision_mode", "op_precision",
