@@ -54,21 +54,10 @@ from npu_loss_scale._internal.report import StepReport
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.device import localisation
+from npu_loss_scale.frontends.hook_output import SUMMARY_TAGS, format_scale, status_line, \
+    summary
 from npu_loss_scale.optimizers.loss_scale import FINITE_OP_NAME
 from npu_loss_scale.scaling.managers import LOSS_SCALE_TENSOR_NAME
-
-SUMMARY_TAGS = {
-    "scale": "loss_scale/scale",
-    "overflow": "loss_scale/overflow",
-    "skipped_steps": "loss_scale/skipped_steps",
-    "global_step": "loss_scale/global_step",
-    "loss": "loss_scale/loss",
-    "grad_norm": "loss_scale/grad_norm",
-    "num_zeros_in_grad": "loss_scale/num_zeros_in_grad",
-    "overflow_sites": "loss_scale/overflow_sites",
-    "first_overflow": "loss_scale/first_overflow",
-}
-
 
 def _find_by_suffix(graph, suffix):
     """The last op whose name is ``suffix`` or ends with ``/suffix`` (the last train op built)."""
@@ -77,10 +66,6 @@ def _find_by_suffix(graph, suffix):
         if op.name == suffix or op.name.endswith("/" + suffix):
             found = op
     return found
-
-
-def _format_scale(value):
-    return "%g" % value
 
 
 class LossScaleHook(tf.compat.v1.train.SessionRunHook):
@@ -240,18 +225,18 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         located = record["overflow_record"]
         if located is not None and self._log_overflows:
             self._log("step %d skipped: %s | loss scale %s -> %s, skipped steps %d" % (
-                self._iteration, located.summary(), _format_scale(used_scale),
-                _format_scale(new_scale), self.skipped_steps))
+                self._iteration, located.summary(), format_scale(used_scale),
+                format_scale(new_scale), self.skipped_steps))
         elif overflow and self._log_overflows:
             self._log("overflow at iteration %d (global step %s): step skipped, loss scale %s -> %s,"
                       " skipped steps %d" % (self._iteration, global_step,
-                                             _format_scale(used_scale), _format_scale(new_scale),
+                                             format_scale(used_scale), format_scale(new_scale),
                                              self.skipped_steps))
         if due_log:
-            self._log(self._line(record, new_scale))
+            self._log(status_line(record, new_scale, self._interval_skipped))
             self._interval_skipped = 0
         if due_summary:
-            self._summarize(record)
+            self._writer.add_summary(summary(record), record["iteration"])
         self._last_scale = new_scale
 
     def end(self, session):  # pylint: disable=unused-argument
@@ -263,7 +248,7 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
             self._log("training ended: %d iterations, %d skipped steps in total (%.1f%% of "
                       "this session's), loss scale now %s"
                       % (total, skipped, 100.0 * sum(1 for h in self.history if h["overflow"])
-                         / total, _format_scale(self._last_scale)))
+                         / total, format_scale(self._last_scale)))
 
     def _new_overflow_record(self):
         """The localisation record of the step just run (None when localisation is off)."""
@@ -276,57 +261,11 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
         return located
 
     # -- output -----------------------------------------------------------------------------
-    def _line(self, record, new_scale):
-        overflow = {None: "n/a (overflow check off)", True: "yes", False: "no"}[record["overflow"]]
-        parts = ["loss scale %s" % _format_scale(new_scale),
-                 "overflow %s" % overflow,
-                 "skipped steps %d (+%d)" % (record["skipped_steps"] or 0, self._interval_skipped)]
-        if record["global_step"] is not None:
-            parts.append("global step %d" % record["global_step"])
-        parts.append("iteration %d" % record["iteration"])
-        if record["loss"] is not None:
-            parts.append("loss %.4f" % record["loss"])
-        if record.get("grad_norm") is not None:
-            parts.append("grad norm %.4g" % record["grad_norm"])
-        if record.get("num_zeros_in_grad") is not None:
-            parts.append("zeros in grad %d" % record["num_zeros_in_grad"])
-        return " | ".join(parts)
-
     def _log(self, message):
         if self._log_fn is not None:
             self._log_fn(message)
         else:
             tf.compat.v1.logging.info(message)
-
-    def _summarize(self, record):
-        values = [tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["scale"],
-                                             simple_value=record["loss_scale"])]
-        if record["overflow"] is not None:
-            values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["overflow"],
-                                                     simple_value=float(record["overflow"])))
-        if record["skipped_steps"] is not None:
-            values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["skipped_steps"],
-                                                     simple_value=float(record["skipped_steps"])))
-        if record["global_step"] is not None:
-            values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["global_step"],
-                                                     simple_value=float(record["global_step"])))
-        if record["loss"] is not None:
-            values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["loss"],
-                                                     simple_value=record["loss"]))
-        for key in ("grad_norm", "num_zeros_in_grad"):
-            if record.get(key) is not None:
-                values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS[key],
-                                                         simple_value=float(record[key])))
-        located = record.get("overflow_record")
-        if located is not None:
-            values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["overflow_sites"],
-                                                     simple_value=float(len(located.sites))))
-            text = tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["first_overflow"])
-            text.metadata.plugin_data.plugin_name = "text"
-            text.tensor.dtype = tf.string.as_datatype_enum
-            text.tensor.string_val.append(located.summary().encode("utf-8"))
-            values.append(text)
-        self._writer.add_summary(tf.compat.v1.Summary(value=values), record["iteration"])
 
 
 class OverflowStatusClearHook(tf.compat.v1.train.SessionRunHook):
