@@ -18,7 +18,7 @@ __all__ = ["build"]
 _STATE = ("dynamic_scale", "step_counter", "last_step_finite")
 #: Their shapes and dtypes (Keras 3's "int" is int64 on TensorFlow).
 _ACCEPTED = {"dynamic_scale": ((), "float32"), "step_counter": ((), "int64"),
-                    "last_step_finite": ((), "bool")}
+             "last_step_finite": ((), "bool")}
 
 
 def build(doc, module):

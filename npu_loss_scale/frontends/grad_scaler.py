@@ -96,6 +96,7 @@ class GradScaler(ScalerState):
         collective per optimizer per iteration; see :mod:`npu_loss_scale.agreement`).
       agreement: with ``is_distributed``, how ranks agree (name or ``Agreement``); None = discover.
     """
+
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, enabled=True, *, backend=None, is_distributed=False,
                  agreement=None, name="grad_scaler"):

@@ -24,6 +24,8 @@ SCALE_ACCEPTED = ">= 1.1754944e-38 (float32's smallest normal number) and <= 3.4
 
 
 def is_tensor_like(value):
+    """True for a tensor or variable (eager, graph or symbolic): a value ``scale`` multiplies and
+    ``update(new_scale)`` checks as a tensor."""
     return isinstance(value, (tf.Tensor, tf.Variable)) or tf.is_tensor(value)
 
 
