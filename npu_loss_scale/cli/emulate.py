@@ -24,8 +24,8 @@ option and accepted value; docs/cli.md has them with examples. Options (before t
 ``--saturate-dtypes float16[,float32...]``
     The dtypes ``--saturate-every-op`` saturates (default: float16).
 ``--precision-mode MODE``
-    One of :data:`~npu_loss_scale.device.precision_modes.PRECISION_MODES`: the device's ``precision_mode`` for sessions whose config sets
-    none (a config's ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is
+    One of :data:`~npu_loss_scale.device.precision_modes.PRECISION_MODES`: the device's
+    ``precision_mode`` for sessions whose config sets none (a config's ``parameter_map["precision_mode"]`` or ``NPURunConfig(precision_mode=...)`` is
     always honoured); without ``--tf1`` also for TF2 code: every eligible op the script builds in a
     ``tf.function`` or Keras model, or runs eagerly (as ``npu_device.global_options()`` does); see
     :mod:`npu_loss_scale.device.precision`.

@@ -1,5 +1,5 @@
-"""The arguments of ``npu-emulate`` (``python -m npu_loss_scale.emulate``, :mod:`npu_loss_scale.cli.emulate`):
-the parser, the checks of each option's value, and where the script's own arguments start.
+"""The arguments of ``npu-emulate`` (``python -m npu_loss_scale.emulate``,
+:mod:`npu_loss_scale.cli.emulate`): the parser, the checks of each option's value, and where the script's own arguments start.
 Building or printing the parser imports no TensorFlow."""
 import argparse
 

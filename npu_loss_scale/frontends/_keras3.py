@@ -159,7 +159,8 @@ def build(doc, module):
                 self._count_finite_step()
 
         def _count_finite_step(self):
-            """One finite step of Keras's rule (:func:`~npu_loss_scale.frontends._keras_shared.keras_rule`): a growth held at the
+            """One finite step of Keras's rule
+            (:func:`~npu_loss_scale.frontends._keras_shared.keras_rule`): a growth held at the
             largest finite scale (Keras 3's own class doubles it to inf, then skips every step
             for ever); a counter at or past the growth point grows too."""
             scale, count = keras_rule(self.dynamic_scale, self.step_counter, True,

@@ -1,5 +1,5 @@
-"""What both Keras versions' ``NpuLossScaleOptimizer`` classes (:mod:`npu_loss_scale.frontends.keras`)
-share: the constructor's checks, Keras's growth/backoff rule, the refusal of an impossible state
+"""What both Keras versions' ``NpuLossScaleOptimizer`` classes
+(:mod:`npu_loss_scale.frontends.keras`) share: the constructor's checks, Keras's growth/backoff rule, the refusal of an impossible state
 restored from a checkpoint, the properties both report alike, and the registration with Keras's
 serialization."""
 import numpy as np
@@ -17,6 +17,7 @@ DEFAULT_GROWTH_STEPS = 2000
 
 
 def check_args(dynamic, initial_scale, dynamic_growth_steps):
+    """(initial scale, growth steps) after checking the constructor's arguments, defaults filled."""
     _checks.boolean("dynamic", dynamic)
     if not dynamic:
         if initial_scale is None:

@@ -18,6 +18,12 @@ SUMMARY_TAGS = {
 }
 
 
+#: (tag of SUMMARY_TAGS, key of the step's record) of each scalar written, in this order.
+_SCALARS = (("scale", "loss_scale"), ("overflow", "overflow"), ("skipped_steps", "skipped_steps"),
+            ("global_step", "global_step"), ("loss", "loss"), ("grad_norm", "grad_norm"),
+            ("num_zeros_in_grad", "num_zeros_in_grad"))
+
+
 def format_scale(value):
     """A loss scale as the log lines show it."""
     return "%g" % value
@@ -44,24 +50,8 @@ def status_line(record, new_scale, interval_skipped):
 
 def summary(record):
     """The TensorBoard ``Summary`` of one step's record (tags :data:`SUMMARY_TAGS`)."""
-    values = [tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["scale"],
-                                         simple_value=record["loss_scale"])]
-    if record["overflow"] is not None:
-        values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["overflow"],
-                                                 simple_value=float(record["overflow"])))
-    if record["skipped_steps"] is not None:
-        values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["skipped_steps"],
-                                                 simple_value=float(record["skipped_steps"])))
-    if record["global_step"] is not None:
-        values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["global_step"],
-                                                 simple_value=float(record["global_step"])))
-    if record["loss"] is not None:
-        values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["loss"],
-                                                 simple_value=record["loss"]))
-    for key in ("grad_norm", "num_zeros_in_grad"):
-        if record.get(key) is not None:
-            values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS[key],
-                                                     simple_value=float(record[key])))
+    values = [tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS[tag], simple_value=float(record[key]))
+              for tag, key in _SCALARS if record.get(key) is not None]
     located = record.get("overflow_record")
     if located is not None:
         values.append(tf.compat.v1.Summary.Value(tag=SUMMARY_TAGS["overflow_sites"],
