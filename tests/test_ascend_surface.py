@@ -8,15 +8,22 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.device import register as emulation
 from rank_lines import json_events
+from tf_versions import TF1, npu_device_only, tf1_names_on_tf2_only
 from npu_loss_scale._internal.compat import keras as compat_keras
 from npu_loss_scale.device import precision
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SESSION_SCRIPT = os.path.join(HERE, "scripts", "ascend_session_mix_precision.py")
+# The module a script's ``tf`` is, as the script prints it: on TF 2 the emulation hands
+# ``import tensorflow.compat.v1 as tf`` (and, with --tf1, ``import tensorflow as tf``) the name
+# ``tensorflow.compat.v1``; on TF 1.15 nothing is mapped and each import gets 1.15's own module.
+SCRIPT_TF_V1 = "tensorflow._api.v1.compat.v1" if TF1 else "tensorflow.compat.v1"
+KERAS_SCRIPT_TF = "tensorflow" if TF1 else "tensorflow.compat.v1"
 ESTIMATOR_SCRIPT = os.path.join(HERE, "scripts", "ascend_estimator_run_config.py")
 
 
@@ -105,8 +112,9 @@ def test_npu_dropout_keeps_or_zeroes_and_scales_by_one_over_keep_prob(shim, grap
 
 def test_npu_dropout_is_graph_only_as_on_the_device(shim):
     from npu_bridge.estimator import npu_ops  # pylint: disable=import-outside-toplevel
-    with pytest.raises(RuntimeError, match="not available in eager"):
-        npu_ops.dropout(tf.ones([2]), 0.5)
+    with context.eager_mode():  # TF 2's default; on TF 1.15 eager is asked for here
+        with pytest.raises(RuntimeError, match="not available in eager"):
+            npu_ops.dropout(tf.ones([2]), 0.5)
 
 
 def test_npu_gelu_is_the_devices_tanh_form(shim, graph, session):
@@ -264,7 +272,7 @@ def test_session_script_with_mix_precision_in_its_config_exercises_the_loss_scal
     """Float32 model, precision_mode from parameter_map: scales 2**17 and 2**16 overflow the
     float16 gradient matmul, so two steps are skipped (decr_every_n_nan_or_inf=1, ratio 0.5)."""
     events = _run([SESSION_SCRIPT, "--steps=4"], str(tmp_path))
-    assert events[0] == {"event": "start", "tf_module": "tensorflow.compat.v1"}
+    assert events[0] == {"event": "start", "tf_module": SCRIPT_TF_V1}
     steps = [(e["scale_before"], e["global_step"]) for e in events if e["event"] == "step"]
     assert steps == [(131072.0, 0), (65536.0, 0), (32768.0, 1), (32768.0, 2)]
     assert events[-1]["kernel"] == pytest.approx([1.0 - 2 * 0.001] * 2, abs=1e-6)
@@ -295,6 +303,7 @@ TF1_SCRIPT = os.path.join(HERE, "scripts", "tf1_session", "train.py")
 TF2_SCRIPT = os.path.join(HERE, "scripts", "ascend_tf2_npu_device.py")
 
 
+@npu_device_only
 def test_tf2_npu_device_script_trains_through_npu_device_loss_scale_optimizer(tmp_path):
     """npu_device.open(), global_options() and train.optimizer.NpuLossScaleOptimizer resolve to
     the package: the saturating batch is skipped (weights kept, scale 16 -> 8), the others apply."""
@@ -303,6 +312,7 @@ def test_tf2_npu_device_script_trains_through_npu_device_loss_scale_optimizer(tm
         (16.0, True, True), (16.0, False, False), (8.0, True, True)]
 
 
+@tf1_names_on_tf2_only
 def test_tf1_mode_gives_the_users_files_tf1_and_the_package_tf2(tmp_path):
     events = _run(["--tf1", TF1_SCRIPT, "--steps=2"], str(tmp_path))
     v1 = tf.compat.v1.__name__  # tensorflow.compat.v1 (2.15) or tensorflow._api.v2.compat.v1
@@ -310,6 +320,7 @@ def test_tf1_mode_gives_the_users_files_tf1_and_the_package_tf2(tmp_path):
                        "eager": False, "kernel": [0.0, 0.0]}]
 
 
+@tf1_names_on_tf2_only
 def test_tf1_mode_provides_tf1_mnist_and_names_tensorflow_contrib_imports_as_not_mapped(
         tmp_path):
     script = tmp_path / "uses_contrib.py"
@@ -382,6 +393,7 @@ def test_ranks_option_is_checked(tmp_path):
 
 
 # -- npu_device (TF2 adapter) ------------------------------------------------------------------------
+@npu_device_only
 def test_npu_device_options_are_validated_recorded_and_open_applies_precision(shim):
     import npu_device  # pylint: disable=import-outside-toplevel
     options = npu_device.global_options()
@@ -419,6 +431,7 @@ def test_npu_device_options_are_validated_recorded_and_open_applies_precision(sh
     assert npu_config_proto().allow_soft_placement
 
 
+@tf1_names_on_tf2_only
 def test_tf1_contrib_pieces_map_to_tf2_equivalents(graph, session):
     from npu_loss_scale.ascend.tf1_contrib import contrib  # pylint: disable=import-outside-toplevel
     c = contrib()
@@ -511,7 +524,7 @@ def test_tf1_keras_script_trains_in_the_npu_session_and_skips_float16_overflows(
         return
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert events[0] == {"event": "start", "tf_module": "tensorflow.compat.v1"}
+    assert events[0] == {"event": "start", "tf_module": KERAS_SCRIPT_TF}
     batches = [(e["loss_scale"], e["iterations"]) for e in events if e["event"] == "batch"]
     assert len(batches) == 12
     scale, iterations, skipped = 65536.0, 0, 0
@@ -583,6 +596,7 @@ def _moved_keras_script(mode):
                                        "from keras.layers.normalization.%s import" % module)
 
 
+@tf1_names_on_tf2_only
 @pytest.mark.parametrize("mode", [["--tf1"], []], ids=["tf1", "tf2"])
 def test_moved_keras_paths_resolve_in_user_files_only(tmp_path, mode):
     """TF 1.15's tensorflow.python.keras and TF 2.6's keras.layers.core/backend_config/
@@ -608,6 +622,7 @@ def test_moved_keras_paths_resolve_in_user_files_only(tmp_path, mode):
         "epsilon": 1e-07, "smart_cond": True, "library_keras": "tensorflow.python.keras.backend"}
 
 
+@tf1_names_on_tf2_only
 def test_tf1_mode_gives_user_files_the_names_tf2_moved_out_of_framework_ops(tmp_path):
     script = tmp_path / "uses_ops.py"
     script.write_text(

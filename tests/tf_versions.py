@@ -81,6 +81,14 @@ def control_flow(v2):
 tf2_only = pytest.mark.skipif(TF1, reason="TF 2 only: eager execution / tf.function (TF 1.15 "
                                           "scripts build graphs and run them in a Session)")
 
+# What TF1 scripts meet only on TensorFlow 2: the TF1 names mapped onto TF 2 (``emulate --tf1``,
+# ``tf.contrib``, Keras paths TF 2 moved) and Ascend's TF 2 adapter ``npu_device``. On 1.15 a script
+# gets TensorFlow 1.15's own names and ``npu_bridge``; the tests of that run there.
+tf1_names_on_tf2_only = pytest.mark.skipif(
+    TF1, reason="TF 2 only: TF1 names mapped onto TF 2 (TF 1.15 scripts get 1.15's own)")
+npu_device_only = pytest.mark.skipif(
+    TF1, reason="TF 2 only: npu_device is Ascend's TF 2 adapter (TF 1.15 scripts use npu_bridge)")
+
 # TensorFlow 1.15 has only the first CollectiveReduce: no timeout, group and instance keys as
 # attributes rather than inputs (the package uses it there; this marks tests of V2's layout).
 collective_v2_only = pytest.mark.skipif(TF1, reason="CollectiveReduceV2's layout (timeout, keys "
