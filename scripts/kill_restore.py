@@ -174,10 +174,12 @@ class Job:
     def __init__(self, seed, manager="exponential", *, checkpoint_skipped_steps=True,
                  deterministic=True, ballast_mb=0.0):
         os.environ.setdefault("NPU_LOSS_SCALE_BACKEND", "emulation")
+        if deterministic:   # TensorFlow 1.15's switch (read at import); 2.9+ has a call as well
+            os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
         import numpy as np  # pylint: disable=import-outside-toplevel
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         import npu_loss_scale as nls  # pylint: disable=import-outside-toplevel
-        if deterministic:
+        if deterministic and hasattr(tf.config.experimental, "enable_op_determinism"):
             tf.config.experimental.enable_op_determinism()
         self.tf = tf
         self.seed = seed

@@ -17,6 +17,7 @@ import npu_loss_scale as nls
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import kill_restore  # noqa: E402  pylint: disable=wrong-import-position
+from tf_versions import tf2_only  # noqa: E402  pylint: disable=wrong-import-position
 
 SEED = 3
 
@@ -271,6 +272,7 @@ def test_a_run_killed_three_times_ends_bit_identical_to_an_uninterrupted_one(tmp
     assert np.array_equal(result["reference"]["global_step"], result["restarted"]["global_step"])
 
 
+@tf2_only
 def test_an_object_based_checkpoint_carries_the_skipped_count_when_asked_for(tmp_path):
     def optimizer():
         return nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from tf_versions import tf2_only
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
@@ -328,6 +330,7 @@ MODELARTS_SCRIPT = """
 
 
 @pytest.mark.slow
+@tf2_only
 def test_a_modelarts_shaped_script_runs_on_local_paths_through_the_emulator(tmp_path):
     data = tmp_path / "bucket" / "data"
     data.mkdir(parents=True)

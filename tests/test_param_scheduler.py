@@ -15,6 +15,7 @@ import npu_loss_scale as nls
 from npu_loss_scale.schedules import (LR_DECAY_STYLES, WD_INCR_STYLES, WSD_DECAY_STYLES,
                                       OptimizerParamScheduler, ParamGroupOptimizer)
 from param_scheduler_reference import Reference
+from tf_versions import tf2_only
 
 STYLE_CASES = [(s, None) for s in LR_DECAY_STYLES if s != "WSD"] + \
     [("WSD", w) for w in WSD_DECAY_STYLES]
@@ -348,6 +349,7 @@ def test_an_overflow_only_the_register_sees_skips_every_group_and_the_schedule(g
     np.testing.assert_allclose(session.run(m["b"]), start[1] - lr * x, rtol=1e-6)
 
 
+@tf2_only
 def test_eager_step_drives_rates_and_weight_decay():
     assert tf.executing_eagerly()
     w = tf.Variable([1.0, 2.0])

@@ -78,8 +78,9 @@ def control_flow(v2):
 
 # A test of eager execution, tf.function or TF 2 Keras: TF1 scripts build a graph and run it in
 # a Session, and TensorFlow 1.15 runs graphs by default (eager is a start-up switch there).
-tf2_only = pytest.mark.skipif(TF1, reason="TF 2 only: eager execution / tf.function (TF 1.15 "
-                                          "scripts build graphs and run them in a Session)")
+TF2_ONLY_REASON = ("TF 2 only: eager execution / tf.function (TF 1.15 scripts build graphs and "
+                   "run them in a Session)")
+tf2_only = pytest.mark.skipif(TF1, reason=TF2_ONLY_REASON)
 
 # What TF1 scripts meet only on TensorFlow 2: the TF1 names mapped onto TF 2 (``emulate --tf1``,
 # ``tf.contrib``, Keras paths TF 2 moved) and Ascend's TF 2 adapter ``npu_device``. On 1.15 a script

@@ -73,9 +73,11 @@ def uninstall_shim():
     """Undoes :func:`install_shim`: the shim folder leaves ``sys.path``, its modules ``sys.modules``."""
     sys.path[:] = [p for p in sys.path if p != SHIM_DIR]
     sys.meta_path[:] = [f for f in sys.meta_path if f is not _FINDER]
+    # the shim's packages are decided before any is removed: a package can leave sys.modules
+    # before its submodules (moxing before moxing.file), which must still be undone and removed
+    shim_tops = {top for top in SHIM_PACKAGES if _is_shim_module(sys.modules.get(top))}
     for name in list(sys.modules):
-        top = name.split(".", 1)[0]
-        if top in SHIM_PACKAGES and _is_shim_module(sys.modules.get(top)):
+        if name.split(".", 1)[0] in shim_tops:
             undo = getattr(sys.modules[name], "__npu_loss_scale_uninstall__", None)
             if callable(undo):  # e.g. moxing.file.shift('os', 'mox') patched os functions
                 undo()

@@ -254,13 +254,18 @@ def copy_parallel(src_url, dst_url, file_list=None, threads=16, is_processing=Tr
     if os.path.exists(dst) and not os.path.isdir(dst):
         raise NotADirectoryError("moxing.file.copy_parallel: dst_url=%r is a file, not a folder"
                                  % dst)
-    if file_list is None:
-        shutil.copytree(src, dst, dirs_exist_ok=True, copy_function=shutil.copy2)
-        return
-    if isinstance(file_list, (str, bytes)) or not isinstance(file_list, (list, tuple)):
+    if file_list is None:   # every file and folder (walked: Python 3.7 has no dirs_exist_ok)
+        items = []
+        for root, folders, files in os.walk(src, followlinks=True):
+            here = os.path.relpath(root, src)
+            for folder in folders:
+                os.makedirs(os.path.join(dst, here, folder), exist_ok=True)
+            items += [os.path.normpath(os.path.join(here, name)) for name in files]
+    elif isinstance(file_list, (str, bytes)) or not isinstance(file_list, (list, tuple)):
         raise TypeError("moxing.file.copy_parallel: file_list must be a list of paths relative "
                         "to src_url, or None; got %r" % (file_list,))
-    items = [_relative_file(src, i, item) for i, item in enumerate(file_list)]
+    else:
+        items = [_relative_file(src, i, item) for i, item in enumerate(file_list)]
     os.makedirs(dst, exist_ok=True)
     for item in items:
         target = os.path.join(dst, item)
