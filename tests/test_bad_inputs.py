@@ -489,7 +489,8 @@ def b_keras_checkpoint(which, value):
         path = tf.train.Checkpoint(var=var, opt=opt).save(os.path.join(str(ctx.tmp), "ckpt"))
         var, opt = _keras_trained()
         tf.train.Checkpoint(var=var, opt=opt).restore(path)
-        watched = [var] + _keras_state_variables(opt) + list(opt.variables)
+        own = opt.variables() if callable(opt.variables) else opt.variables  # 2.6: a method
+        watched = [var] + _keras_state_variables(opt) + list(own)
         before = [v.numpy().copy() for v in watched]
 
         def verify():
@@ -499,14 +500,23 @@ def b_keras_checkpoint(which, value):
     return build
 
 
+def _keras2_loss_scale_key(opt, ctx):
+    """The name a Keras 2 LossScaleOptimizer's checkpoint gives its loss-scale state."""
+    path = tf.train.Checkpoint(opt=opt).save(os.path.join(str(ctx.tmp), "names"))
+    return next(name.split("/")[1] for name, _ in tf.train.list_variables(path)
+                if name.endswith("/current_loss_scale/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
 def b_keras_checkpoint_scale_shape(ctx):
     """A checkpoint whose loss scale has two elements (and a valid counter of 5):
     tf.train.Checkpoint refuses it; verify: neither the scale nor the counter changed."""
     var, opt = _keras_trained()
     scale, counter = tf.Variable([8.0, 8.0]), tf.Variable(5, dtype=tf.int64)
-    holder = tf.train.Checkpoint(dynamic_scale=scale, step_counter=counter) if KERAS3 else \
-        tf.train.Checkpoint(_loss_scale=tf.train.Checkpoint(current_loss_scale=scale,
-                                                            good_steps=counter))
+    if KERAS3:
+        holder = tf.train.Checkpoint(dynamic_scale=scale, step_counter=counter)
+    else:  # Keras 2 saves its loss-scale state as "_loss_scale" (2.6: "loss_scale")
+        state = tf.train.Checkpoint(current_loss_scale=scale, good_steps=counter)
+        holder = tf.train.Checkpoint(**{_keras2_loss_scale_key(opt, ctx): state})
     path = tf.train.Checkpoint(opt=holder).save(os.path.join(str(ctx.tmp), "ckpt"))
     watched = _keras_state_variables(opt)
     before = [v.numpy().copy() for v in watched]

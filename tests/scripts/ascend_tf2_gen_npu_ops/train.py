@@ -3,6 +3,7 @@ opens npu_device, makes Keras Dropout the device's dropout through a vendored np
 the device's FastGelu, and trains a few steps with Keras ``fit`` and with a ``tf.function``
 step through npu_device's NpuLossScaleOptimizer. Prints JSON lines for the test to check."""
 import json
+import random
 
 import numpy as np
 import tensorflow as tf
@@ -61,7 +62,12 @@ emit(event="fast_gelu", y=y.numpy().tolist(), dy=tape.gradient(y, x).numpy().tol
 rng = np.random.default_rng(0)
 features = rng.standard_normal((64, 8)).astype(np.float32)
 labels = (features[:, :1] - features[:, 1:2]).astype(np.float32)
-tf.keras.utils.set_random_seed(3)
+if hasattr(tf.keras.utils, "set_random_seed"):
+    tf.keras.utils.set_random_seed(3)
+else:  # Keras 2.6 (TensorFlow 2.6.5) has no set_random_seed; this is what it sets there
+    random.seed(3)
+    np.random.seed(3)
+    tf.random.set_seed(3)
 model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(32, activation="relu"),
                              tf.keras.layers.Dropout(0.5), tf.keras.layers.Dense(1)])
 model.compile(optimizer=NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.05)), loss="mse")
