@@ -151,7 +151,8 @@ class _FileScan(ast.NodeVisitor):
     def visit_FunctionDef(self, node):
         self.defined.add(node.name)
         args = node.args
-        for arg in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+        positional_only = getattr(args, "posonlyargs", [])  # Python 3.8+
+        for arg in positional_only + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
             if arg is not None:
                 self.defined.add(arg.arg)
         self.generic_visit(node)
@@ -160,7 +161,8 @@ class _FileScan(ast.NodeVisitor):
 
     def visit_Lambda(self, node):
         args = node.args
-        for arg in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+        positional_only = getattr(args, "posonlyargs", [])  # Python 3.8+
+        for arg in positional_only + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
             if arg is not None:
                 self.defined.add(arg.arg)
         self.generic_visit(node)

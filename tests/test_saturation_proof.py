@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from npu_loss_scale.device import register as emulation
+from tf_versions import tf_mixed_precision
 
 SCALE = 2.0 ** 16
 LR = 1.0
@@ -25,9 +26,9 @@ CORRUPT_GRAD = 65504.0 / 65536.0  # 0.99951171875, exact in float32
 
 
 def _tf_optimizer(scale=SCALE):
-    return tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+    return tf_mixed_precision.MixedPrecisionLossScaleOptimizer(
         tf.compat.v1.train.GradientDescentOptimizer(LR),
-        tf.compat.v1.mixed_precision.DynamicLossScale(initial_loss_scale=scale))
+        tf_mixed_precision.DynamicLossScale(initial_loss_scale=scale))
 
 
 def _npu_optimizer(scale=SCALE):
