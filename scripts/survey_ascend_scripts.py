@@ -109,6 +109,13 @@ def _dotted(node):
     return None
 
 
+def _parameter_names(args):
+    """The names an ``ast.arguments`` binds (``posonlyargs`` exists from Python 3.8)."""
+    every = (getattr(args, "posonlyargs", []) + args.args + args.kwonlyargs
+             + [args.vararg, args.kwarg])
+    return {arg.arg for arg in every if arg is not None}
+
+
 class _FileScan(ast.NodeVisitor):
     """Bindings, star imports, defined names and dotted uses of one module."""
 
@@ -150,21 +157,13 @@ class _FileScan(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node):
         self.defined.add(node.name)
-        args = node.args
-        positional_only = getattr(args, "posonlyargs", [])  # Python 3.8+
-        for arg in positional_only + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
-            if arg is not None:
-                self.defined.add(arg.arg)
+        self.defined.update(_parameter_names(node.args))
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Lambda(self, node):
-        args = node.args
-        positional_only = getattr(args, "posonlyargs", [])  # Python 3.8+
-        for arg in positional_only + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
-            if arg is not None:
-                self.defined.add(arg.arg)
+        self.defined.update(_parameter_names(node.args))
         self.generic_visit(node)
 
     def visit_ClassDef(self, node):
