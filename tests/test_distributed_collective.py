@@ -5,9 +5,14 @@ train the same tiny fp16 model; only rank 1 overflows, at steps 2 and 5 (its for
 saturates, so only its emulated float-status register is set). See
 ``dist_workers/train_worker.py`` for the configurations.
 """
+import os
+import re
+
 import pytest
 
+import tf_versions
 from dist_workers import harness
+from npu_loss_scale._internal.compat import collectives
 from dist_workers.checks import (OVERFLOW_STEPS, assert_diverged, assert_identical_after_every_step,
                                  assert_skipped_exactly, steps_of)
 
@@ -65,6 +70,18 @@ def test_multi_worker_mirrored_strategy_averages_and_agrees(two_workers):
     assert agree_w != strategy_w, "the strategy run trains on per-rank data, averaged"
 
 
+def _assert_exited_after_the_timeout(result, rank):
+    """TF 1.15: the CollectiveReduce cannot be stopped, so the waiting rank logs why and exits
+    with status 124 (npu_loss_scale._internal.deadlines)."""
+    with open(os.path.join(result.out_dir, "log.rank%d.txt" % rank)) as f:
+        log = f.read()
+    said = re.search(r"TensorFlow 1\.15\.\d+'s CollectiveReduce 'overflow_status_allreduce' "
+                     r"waited ([0-9.]+) s, more than its timeout of 5 s", log)
+    assert said, log[-4000:]
+    assert 5 <= float(said.group(1)) < 30, said.group(0)
+    assert "exits with status 124" in log, log[-4000:]
+
+
 def _assert_clear_timeout(error, step):
     assert error is not None, "the surviving rank reported no error"
     assert error["step"] == step, error
@@ -78,6 +95,10 @@ def test_a_rank_that_never_joins_makes_the_others_fail_within_the_timeout(tmp_pa
         tmp_path, worker_args=["--configs", "agree", "--timeout", FAILURE_TIMEOUT],
         start_ranks=[0], deadline=180)
     assert not result.timed_out, "rank 0 hung instead of failing:\n" + result.tail()
+    if not collectives.HAS_TIMEOUT:
+        assert result.returncodes == [124], result.tail()
+        _assert_exited_after_the_timeout(result, 0)
+        return
     assert result.returncodes == [3], result.tail()
     _assert_clear_timeout(result.error(0), step=0)
 
@@ -87,11 +108,16 @@ def test_a_rank_that_dies_makes_the_others_fail_within_the_timeout(tmp_path):
         tmp_path, worker_args=["--configs", "agree", "--timeout", FAILURE_TIMEOUT],
         per_rank_args={1: ["--die-rank", "1", "--die-step", "3"]}, deadline=180)
     assert not result.timed_out, "rank 0 hung instead of failing:\n" + result.tail()
+    if not collectives.HAS_TIMEOUT:
+        assert result.returncodes == [124, 17], result.tail()
+        _assert_exited_after_the_timeout(result, 0)
+        return
     assert result.returncodes == [3, 17], result.tail()
     _assert_clear_timeout(result.error(0), step=3)
     assert [r["step"] for r in result.load(0)["agree"]["steps"]] == [0, 1, 2]
 
 
+@tf_versions.strategy_timeout_tf2_only
 def test_strategy_rank_that_dies_makes_the_others_fail_within_the_operation_timeout(tmp_path):
     """Under MultiWorkerMirroredStrategy the all-reduces are the strategy's; in graph mode the
     session's operation_timeout_in_ms bounds them (see docs/distributed.md)."""

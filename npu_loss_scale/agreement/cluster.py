@@ -70,7 +70,9 @@ class CollectiveCluster:
       task_id: this process's index in that job.
       group_key: the collective group key (default :data:`DEFAULT_GROUP_KEY`).
       timeout: seconds a collective waits for the other members before failing with
-        ``DeadlineExceededError`` (default ``$NPU_LOSS_SCALE_AGREEMENT_TIMEOUT``, else 300).
+        ``DeadlineExceededError`` (default ``$NPU_LOSS_SCALE_AGREEMENT_TIMEOUT``, else 300);
+        on TensorFlow 1.15, whose collectives cannot be stopped, the process exits with status
+        124 instead.
       instance_key_base: first instance key of the status all-reduces (one per train op built,
         counted up in the same order on every rank).
 

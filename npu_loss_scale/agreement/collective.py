@@ -14,6 +14,10 @@ class CollectiveAgreement(Agreement):
     """Sums the status with TF's ``CollectiveReduceV2`` over the processes of a
     :class:`CollectiveCluster` (graph mode; sessions on ``server.target``).
 
+    A rank that waits ``timeout`` seconds for the others fails its step with
+    ``DeadlineExceededError``. On TensorFlow 1.15, whose ``CollectiveReduce`` takes no timeout
+    and cannot be cancelled, it logs an error and exits with status 124 instead.
+
     Args:
       cluster: a :class:`CollectiveCluster`; default :func:`get_collective_cluster`.
       timeout: seconds before a missing rank makes the all-reduce fail; default the cluster's.
@@ -53,7 +57,7 @@ class CollectiveAgreement(Agreement):
                 status, group_size=self.cluster.group_size, group_key=self.cluster.group_key,
                 instance_key=key, communication_hint=self.communication_hint,
                 timeout=self.timeout, name=STATUS_ALLREDUCE_NAME)
-        record_reduce(out, self.name, self.timeout if collectives.HAS_TIMEOUT else None,
+        record_reduce(out, self.name, self.timeout,
                        "TF CollectiveReduce%s over %d processes"
                        % ("V2" if collectives.HAS_TIMEOUT else "", self.cluster.group_size))
         return out

@@ -1,19 +1,15 @@
 """Agreement ``horovod``: the sum over Horovod's ranks, bounded by Horovod's timeouts and by the
 watchdog of :mod:`npu_loss_scale.agreement.watchdog` (a live rank that stops submitting)."""
 import importlib
-import itertools
 import os
 import sys
 
-import numpy as np
-import tensorflow as tf
-
+from npu_loss_scale._internal.deadlines import bracket
 from npu_loss_scale.agreement.base import STATUS_ALLREDUCE_NAME, Agreement
 from npu_loss_scale.agreement.cluster import timeout_from_env, timeout_seconds
 from npu_loss_scale.agreement.failures import record_reduce
 from npu_loss_scale.agreement.watchdog import horovod_watchdog
 
-_watchdog_keys = itertools.count(1)
 _horovod_configured_timeout = None
 
 
@@ -54,24 +50,14 @@ class HorovodAgreement(Agreement):
                                "horovod.tensorflow.init() before building the train op.")
 
     def reduce(self, status):
-        timeout = self.timeout
-        key = next(_watchdog_keys)
+        def all_reduce(armed):
+            out = self._hvd.allreduce(armed, op=self._hvd.Sum, name=STATUS_ALLREDUCE_NAME)
+            record_reduce(out, self.name, self.timeout,
+                          "hvd.allreduce over %d ranks" % self._hvd.size())
+            return out
 
-        def arm(value):
-            return value, np.int64(horovod_watchdog.arm(timeout, key))
-
-        def disarm(value, token):
-            horovod_watchdog.disarm(token)
-            return value
-
-        armed, token = tf.compat.v1.py_func(arm, [status], [status.dtype, tf.int64],
-                                             stateful=True, name="agreement_watchdog_arm")
-        armed.set_shape(status.shape)
-        out = self._hvd.allreduce(armed, op=self._hvd.Sum, name=STATUS_ALLREDUCE_NAME)
-        record_reduce(out, self.name, timeout, "hvd.allreduce over %d ranks" % self._hvd.size())
-        done = tf.compat.v1.py_func(disarm, [out, token], status.dtype, stateful=True,
-                                    name="agreement_watchdog_disarm")
-        done.set_shape(status.shape)
+        _, done = bracket(horovod_watchdog, status, self.timeout, all_reduce,
+                          name="agreement_watchdog")
         return done
 
 
