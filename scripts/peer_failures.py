@@ -26,6 +26,11 @@ stall run in three) is counted as TensorFlow's crash, only when that rank's own 
 abort messages and another survivor raised the AgreementError; the step-state check still
 covers every step that rank completed.
 
+On TensorFlow 1.15, whose CollectiveReduce takes no timeout and cannot be stopped, a surviving
+rank under TF collectives ends with status 124 instead, after the package's deadline logged the
+all-reduce it waited in and the timeout (``npu_loss_scale._internal.deadlines``); that counts
+as failing clearly, within the same limit (named in the result: ``deadline_exits``).
+
 Usage::
 
     python scripts/peer_failures.py                         # the whole matrix (README figures)
@@ -36,6 +41,7 @@ Prints one line per run and exits non-zero if a check failed.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -43,6 +49,7 @@ import sys
 import tempfile
 import time
 
+from npu_loss_scale._internal import deadlines
 from npu_loss_scale.ascend.ranks import free_ports
 
 HERE = os.path.abspath(__file__)
@@ -314,6 +321,16 @@ def _tf_abort_crash(code, log, fault):
             and any(mark in log for mark in TF_ABORT_MARKS))
 
 
+def _deadline_exit(code, log, timeout):
+    """Seconds a rank waited before the package's deadline ended it with status 124 (TF 1.15
+    collectives, which take no timeout), from its log; None when it did not end so."""
+    said = re.search(r"waited ([0-9.]+) s, more than its timeout of %s s" % re.escape(
+        "%g" % timeout), log)
+    if code != deadlines.EXIT_STATUS or said is None:
+        return None
+    return float(said.group(1))
+
+
 def check(result, margin=60.0):
     """The problems of a scenario's result (an empty list when it behaved)."""
     problems = []
@@ -373,6 +390,15 @@ def check(result, margin=60.0):
                 # applied a step another skipped (checked above)
                 result.setdefault("tf_crashes", []).append(rank)
                 continue
+            waited = _deadline_exit(code, info.get("log", ""), timeout)
+            if backend == "collective" and waited is not None:
+                # TF 1.15: the deadline watchdog named the all-reduce and the timeout, then
+                # ended the process (nothing else gets a rank out of 1.15's CollectiveReduce)
+                if waited > limit:
+                    problems.append("rank %d waited %.0f s before its deadline ended it "
+                                    "(limit %.0f s)" % (rank, waited, limit))
+                result.setdefault("deadline_exits", []).append(rank)
+                continue
             problems.append("rank %d stopped without a clear error%s" % (
                 rank, " (killed by signal %d)" % -code if code is not None and code < 0
                 else ""))
@@ -402,18 +428,21 @@ def check(result, margin=60.0):
 
 
 def survivor_seconds(result):
-    """Seconds from the fault to each surviving rank's error (None when it had none)."""
+    """Each surviving rank's seconds from the fault to its error, as text: ``"-"`` when it had
+    none, ``"124 after W"`` when the deadline ended it after it waited W s in the all-reduce."""
     out = []
     for rank, info in enumerate(result["ranks"]):
-        if result["fault"] == "kill" and rank == result["fault_rank"]:
-            continue
         if rank == result["fault_rank"]:
             continue
         error = info["error"]
-        if error is None or result["fault_at"] is None:
-            out.append(None)
+        waited = _deadline_exit(result["returncodes"][rank], info.get("log", ""),
+                                result["timeout"])
+        if waited is not None:
+            out.append("124 after %.1f" % waited)
+        elif error is None or result["fault_at"] is None:
+            out.append("-")
         else:
-            out.append(error["at"] - result["fault_at"])
+            out.append("%.1f" % (error["at"] - result["fault_at"]))
     return out
 
 
@@ -457,8 +486,8 @@ def main(argv=None):
                     note = "all %d ranks completed %d steps in %.0f s" % (
                         n, result["steps"], result["elapsed"])
                 else:
-                    note = ", ".join("-" if s is None else "%.1f" % s for s in secs)
-                    if backend == "horovod" and any(s is None for s in secs):
+                    note = ", ".join(secs)
+                    if backend == "horovod" and "-" in secs:
                         note += " (- : stopped by horovodrun)"
                 if result["hung"]:
                     note += " (rank %s still waiting at the hard limit, killed)" % ",".join(
