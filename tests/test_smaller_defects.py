@@ -10,6 +10,7 @@ from npu_loss_scale.device import register as emulation
 from npu_loss_scale.scaling import managers as policy
 from npu_loss_scale.frontends.hooks import LossScaleHook
 from npu_loss_scale.optimizers import loss_scale as optimizer_module
+from tf_versions import TF1, tf_mixed_precision
 from warned import stuck
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,11 +34,22 @@ def test_docs_no_longer_claim_managers_work_with_tensorflows_own_optimizer():
     with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
         w = tf.compat.v1.get_variable("w", initializer=1.0)
         mgr = nls.ExponentialUpdateLossScaleManager(8, 1, decr_every_n_nan_or_inf=1)
-        theirs = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(_sgd(), mgr)
+        theirs = tf_mixed_precision.MixedPrecisionLossScaleOptimizer(_sgd(), mgr)
         train = theirs.minimize(w * 2.0)
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(train)
         assert sess.run(mgr.get_loss_scale()) == 8.0          # never updated
+    if TF1:
+        # TF 1.15's tf.contrib.mixed_precision.LossScaleOptimizer, the class ours subclasses
+        # there, does update a manager (and the docstring says so)
+        with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+            w = tf.compat.v1.get_variable("w", initializer=1.0)
+            mgr = nls.ExponentialUpdateLossScaleManager(8, 1, decr_every_n_nan_or_inf=1)
+            train = tf.contrib.mixed_precision.LossScaleOptimizer(_sgd(), mgr).minimize(w * 2.0)
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train)
+            assert sess.run(mgr.get_loss_scale()) == 16.0     # one finite step, incr_every_n 1
+    assert "tf.contrib.mixed_precision.LossScaleOptimizer" in policy.__doc__
     texts = [policy.__doc__, policy.LossScaleManager.__doc__]
     # the README and every documentation page (the README's usage text moved to docs/)
     pages = [os.path.join(ROOT, "README.md")] + [

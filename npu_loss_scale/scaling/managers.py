@@ -6,9 +6,11 @@ A manager owns a few non-trainable variables and exposes two calls:
 * ``update_loss_scale(finite_grads)`` — an op that moves the scale given a boolean that says
   whether the step's gradients were all finite.
 
-Managers know nothing about overflow detection, devices or optimizers; only
-:class:`~npu_loss_scale.NPULossScaleOptimizer` calls ``update_loss_scale`` (TensorFlow's own
-``MixedPrecisionLossScaleOptimizer`` never updates a manager it is given: use ours).
+Managers know nothing about overflow detection, devices or optimizers;
+:class:`~npu_loss_scale.NPULossScaleOptimizer` calls ``update_loss_scale`` once per step.
+TensorFlow's own ``MixedPrecisionLossScaleOptimizer`` never updates a manager it is given: use
+ours. (On TensorFlow 1.15, ``tf.contrib.mixed_precision.LossScaleOptimizer``, the class ours
+subclasses there, follows the same two-call contract and does update one.)
 
 State lives once per outermost graph (the ``tf.compat.v1`` graph, or eager execution for
 ``tf.function``s), created the first time the manager is used there, outside any control
