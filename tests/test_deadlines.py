@@ -16,14 +16,26 @@ def _run_python(code):
                           stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
 
 
-def test_a_deadline_that_passes_logs_why_and_ends_the_process_with_status_124():
+def test_a_deadline_that_passes_while_its_op_waits_ends_the_process_with_status_124():
     started = time.monotonic()
     done = _run_python("""
         import time
+        import tensorflow as tf
         from npu_loss_scale._internal import deadlines
+
+        def waits(value):          # an op that waits far longer than its timeout
+            time.sleep(60)
+            return value
+
         dog = deadlines.Watchdog(deadlines.exit_process)
-        dog.arm(0.5, label="the test's all-reduce")
-        time.sleep(60)
+        graph = tf.Graph()
+        with graph.as_default():
+            _, out = deadlines.bracket(
+                dog, tf.constant(1.0), 0.5,
+                lambda armed: tf.compat.v1.py_func(waits, [armed], tf.float32, stateful=True),
+                name="waits", label="the test's all-reduce")
+            with tf.compat.v1.Session(graph=graph) as sess:
+                sess.run(out)
         print("still here")
         """)
     assert done.returncode == 124, done.stdout
@@ -32,6 +44,23 @@ def test_a_deadline_that_passes_logs_why_and_ends_the_process_with_status_124():
     assert "more than its timeout of 0.5 s" in done.stdout, done.stdout
     assert "exits with status 124" in done.stdout, done.stdout
     assert time.monotonic() - started < 50
+
+
+def test_a_deadline_left_armed_by_a_failed_step_is_dropped_not_fatal():
+    """No thread runs TensorFlow: the op is not waiting (its step failed after it finished)."""
+    done = _run_python("""
+        import logging, time
+        from npu_loss_scale._internal import deadlines
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+        dog = deadlines.Watchdog(deadlines.exit_process)
+        dog.arm(0.3, label="the test's all-reduce")
+        time.sleep(1.5)
+        print("still here", dog.fired is not None)
+        """)
+    assert done.returncode == 0, done.stdout
+    assert "still here True" in done.stdout
+    assert "INFO the deadline of the test's all-reduce passed while no TensorFlow run" \
+        in done.stdout, done.stdout
 
 
 def test_a_deadline_disarmed_in_time_leaves_the_process_alone():

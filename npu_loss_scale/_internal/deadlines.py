@@ -15,7 +15,7 @@ Pseudocode of one bracketed run::
     token = watchdog.arm(timeout)      # py_func before the op
     out = op(x)                        # may wait
     watchdog.disarm(token)             # py_func after it
-    # a thread: if now > deadline of a token still armed: on_late(timeout, waited)
+    # a thread: if now > deadline of a token still armed: on_late(timeout, waited, label)
 """
 import itertools
 import logging
@@ -120,10 +120,34 @@ def bracket(watchdog, tensor, timeout, op, name, label=None):
     return out, done
 
 
+# Where a thread waits while TensorFlow runs a graph (a Session's run or callable) or an op
+# eagerly: a bracketed op can only be waiting while some thread is inside one of these files.
+_RUNNING_FILES = (os.path.join("client", "session.py"), os.path.join("eager", "execute.py"))
+
+
+def _tensorflow_running():
+    """Whether a thread of this process is inside TensorFlow running a graph or an op."""
+    for frame in sys._current_frames().values():  # pylint: disable=protected-access
+        while frame is not None:
+            if frame.f_code.co_filename.endswith(_RUNNING_FILES):
+                return True
+            frame = frame.f_back
+    return False
+
+
 def exit_process(timeout, waited, label):
     """An ``on_late`` that logs an ERROR saying the op ``label`` waited too long, then ends the
     process with :data:`EXIT_STATUS` (flushing the logger, ``sys.stdout`` and ``sys.stderr``
-    first)."""
+    first).
+
+    Unless no thread is running TensorFlow: then the op is not waiting, and its deadline is one
+    a failed step left armed (another op failed after the all-reduce finished, so the disarm
+    never ran); it is dropped, at INFO, and the process goes on."""
+    if not _tensorflow_running():
+        _messages.logger.info(
+            "the deadline of %s passed while no TensorFlow run was in progress (its step "
+            "failed elsewhere after it finished); dropped.", label)
+        return
     _messages.logger.error(
         "%s waited %.1f s, more than its timeout of %g s (a rank died, stalls, or never "
         "joined), and cannot be stopped while it waits: this process exits with status %d "
