@@ -20,8 +20,8 @@
 # Skips: a stack may skip a test only for the reasons listed in scripts/stacks/<stack>.skips
 # (tests/skip_policy.py, selected through NLS_STACK); NLS_ALLOW_SKIPS=1 turns the policy off.
 # Environment: NLS_STACKS (the stacks to run), NLS_VENV_ROOT (where the environments live,
-# default .venv), NLS_JOBS (pytest-xdist workers on tf215 and tf221, --quick included; default
-# 2; 0: one process).
+# default .venv), NLS_JOBS (pytest-xdist workers on every stack, --quick included; default 2;
+# 0: one process).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -38,8 +38,9 @@ else
   stacks=(${NLS_STACKS:-tf215 tf221 tf115 tf265})
 fi
 venv_root="${NLS_VENV_ROOT:-$here/.venv}"
-# pytest-xdist workers on tf215 and tf221, the quick tier's too (measured on 2 free cores, set-up
-# done: --quick 7 min 43 s in one process, 3 min 11 s with two workers).
+# pytest-xdist workers on every stack, the quick tier's too (measured on 2 free cores, set-up
+# done: --quick 7 min 43 s in one process, 3 min 11 s with two workers; the tf115 tier 5 min 11 s
+# and 3 min 3 s, the tf265 tier 4 min 59 s and 2 min 41 s).
 jobs="${NLS_JOBS:-2}"
 summary=()
 status=0
@@ -75,11 +76,13 @@ setup_extras() {
     { echo "BERT set-up failed for $stack"; return 1; }
 }
 
-# pytest-xdist in a whole-suite stack's environment (when test.sh runs it with workers).
+# pytest-xdist in a stack's environment (when test.sh runs it with workers): 3.8.0, or on the
+# tf115 stack's Python 3.7 the last release for it, 3.5.0.
 setup_xdist() {
   local py="$venv_root/$1/bin/python"
   "$py" -c "import xdist" 2>/dev/null && return 0
-  "$py" -m pip install --quiet "pytest-xdist==3.8.0" 2>&1 | grep -v "is ignored: it is neither"
+  "$py" -m pip install --quiet "pytest-xdist==3.8.0; python_version >= '3.9'" \
+    "pytest-xdist==3.5.0; python_version < '3.9'" 2>&1 | grep -v "is ignored: it is neither"
   "$py" -c "import xdist"
 }
 
@@ -101,9 +104,9 @@ stack_args() {
   fi
 }
 
-# pytest-xdist's workers on the whole-suite stacks (whole files to a worker: module fixtures
-# stay shared, and the tests of one file never run beside each other).
-uses_xdist() { [ ! -f "scripts/stacks/$1.txt" ] && [ "$jobs" -gt 0 ]; }
+# pytest-xdist's workers (whole files to a worker: module fixtures stay shared, and the tests of
+# one file never run beside each other).
+uses_xdist() { [ "$jobs" -gt 0 ]; }
 xdist_args() {
   if uses_xdist "$1"; then
     printf '%s\n' -n "$jobs" --dist loadfile
