@@ -39,8 +39,8 @@ else
 fi
 venv_root="${NLS_VENV_ROOT:-$here/.venv}"
 # pytest-xdist workers on every stack, the quick tier's too (measured on 2 free cores, set-up
-# done: --quick 7 min 43 s in one process, 3 min 11 s with two workers; the tf115 tier 5 min 11 s
-# and 3 min 3 s, the tf265 tier 4 min 59 s and 2 min 41 s).
+# done: --quick 7 min 43 s in one process, 3 min 11 s with two workers; the device tiers' own
+# numbers are in scripts/stacks/tf115.txt and tf265.txt).
 jobs="${NLS_JOBS:-2}"
 summary=()
 status=0
@@ -108,7 +108,7 @@ stack_args() {
 # one file never run beside each other).
 uses_xdist() { [ "$jobs" -gt 0 ]; }
 xdist_args() {
-  if uses_xdist "$1"; then
+  if uses_xdist; then
     printf '%s\n' -n "$jobs" --dist loadfile
   fi
 }
@@ -132,7 +132,7 @@ selection_needs_extras() {
 run_stack() {
   local stack="$1" log rc
   local -a args
-  mapfile -t args < <(stack_args "$stack"; xdist_args "$stack")
+  mapfile -t args < <(stack_args "$stack"; xdist_args)
   echo
   echo "================ $stack: pytest ${args[*]} ${pytest_args[*]:-} ================"
   if [ "${NLS_ALLOW_SKIPS:-0}" = 1 ]; then
@@ -159,7 +159,7 @@ if ! step "set-up (${stacks[*]})" bash scripts/setup_env.sh "${stacks[@]}"; then
   exit 1
 fi
 for stack in "${stacks[@]}"; do
-  if uses_xdist "$stack"; then
+  if uses_xdist; then
     step "$stack pytest-xdist" setup_xdist "$stack"
   fi
   case "$stack" in tf215|tf221|tf115) ;; *) continue ;; esac

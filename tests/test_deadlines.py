@@ -3,6 +3,7 @@ that keeps a TF 1.15 collective's timeout (npu_loss_scale/_internal/deadlines.py
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import tensorflow as tf
@@ -131,37 +132,40 @@ def test_a_collective_without_a_timeout_of_its_own_is_bracketed_by_the_watchdog(
     assert "PyFunc" not in _op_types_of_a_collective(0.0)   # no limit asked: nothing to keep
 
 
-def _running_seen_from_another_thread(value):
-    """Inside an op: whether the watchdog's thread would find TensorFlow running."""
-    import threading  # pylint: disable=import-outside-toplevel
-    seen = []
-    probe = threading.Thread(target=lambda: seen.append(deadlines._tensorflow_running()))
-    probe.start()
-    probe.join()
-    _running_seen_from_another_thread.seen.append(seen[0])
-    return value
+def _probe_into(seen):
+    """An op's function that appends to ``seen`` whether the watchdog's thread, started from
+    inside the op, finds TensorFlow running."""
+    def probe(value):
+        found = []
+        checker = threading.Thread(target=lambda: found.append(deadlines._tensorflow_running()))
+        checker.start()
+        checker.join()
+        seen.append(found[0])
+        return value
+    return probe
 
 
 def test_a_running_graph_is_seen_and_an_eager_op_on_tf2_is_not():
     """What deadlines._tensorflow_running's docstring says it sees: a Session's run and a
     tf.function's call; not an op run eagerly on TF 2 (why Horovod's watchdog does not use it)."""
-    _running_seen_from_another_thread.seen = []
+    seen = []
     graph = tf.Graph()
     with graph.as_default():
-        out = tf.compat.v1.py_func(_running_seen_from_another_thread, [tf.constant(1.0)],
-                                   tf.float32, stateful=True)
+        out = tf.compat.v1.py_func(_probe_into(seen), [tf.constant(1.0)], tf.float32,
+                                   stateful=True)
         with tf.compat.v1.Session(graph=graph) as sess:
             sess.run(out)
-    assert _running_seen_from_another_thread.seen == [True]
+    assert seen == [True]
     assert not deadlines._tensorflow_running()       # this thread is not inside TensorFlow now
     if not tf.executing_eagerly():
         return                                        # TF 1.15: graphs only
-    _running_seen_from_another_thread.seen = []
+    seen = []
+    probe = _probe_into(seen)
 
     @tf.function
     def traced(value):
-        return tf.numpy_function(_running_seen_from_another_thread, [value], tf.float32)
+        return tf.numpy_function(probe, [value], tf.float32)
 
     traced(tf.constant(1.0))
-    tf.numpy_function(_running_seen_from_another_thread, [tf.constant(1.0)], tf.float32)
-    assert _running_seen_from_another_thread.seen == [True, False]
+    tf.numpy_function(probe, [tf.constant(1.0)], tf.float32)
+    assert seen == [True, False]
