@@ -31,6 +31,7 @@ pytest_plugins = ("pytester",)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 USER_SCRIPT = os.path.join(HERE, "scripts", "ascend_user_train.py")
+RESUME_SCRIPT = os.path.join(HERE, "scripts", "ascend_user_resume.py")
 PLUGIN = "npu_loss_scale.pytest_plugin"
 
 
@@ -300,11 +301,12 @@ def test_a_users_ascend_script_is_tested_in_a_few_lines(pytester):
         "32768, skipped steps 0, global step 1*"])
 
 
-def _guide_test():
+def _guide_test(index=0):
+    """The testing guide's Python blocks: the step assertions' test, then the resume check's."""
     with open(os.path.join(HERE, "..", "docs", "guides", "testing.md"), encoding="utf-8") as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
-    assert len(blocks) == 1
-    return blocks[0]
+    assert len(blocks) == 2
+    return blocks[index]
 
 
 def test_the_guide_example_passes_as_written(pytester):
@@ -314,6 +316,26 @@ def test_the_guide_example_passes_as_written(pytester):
         pytester.path.joinpath("train.py").write_text(f.read(), encoding="utf-8")
     result = _run_inner(pytester, test_train=_guide_test())
     result.assert_outcomes(passed=1)
+
+
+def test_the_guide_resume_example_passes_and_fails_as_it_says(pytester):
+    """The testing guide's resume check, with tests/scripts/ascend_user_resume.py as its
+    train.py: it passes; with the script's Saver over the trainable variables, it fails with the
+    message the guide shows."""
+    with open(RESUME_SCRIPT, encoding="utf-8") as f:
+        script = f.read()
+    pytester.path.joinpath("train.py").write_text(script, encoding="utf-8")
+    result = _run_inner(pytester, test_resume=_guide_test(1))
+    result.assert_outcomes(passed=1)
+    broken = script.replace('saver_var_list="global"', 'saver_var_list="trainable"')
+    assert broken != script
+    pytester.path.joinpath("train.py").write_text(broken, encoding="utf-8")
+    result = _run_inner(pytester, test_resume=_guide_test(1))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "E*AssertionError: the resumed run differs from the straight run at step 6, the first "
+        "after the restart: overflowed False (straight) vs True (resumed), *loss_scale 32768.0 "
+        "(straight) vs 131072.0 (resumed), global_step 4 (straight) vs 0 (resumed)*"])
 
 
 def test_the_readme_quick_start_test_passes_with_the_readme_script(pytester):

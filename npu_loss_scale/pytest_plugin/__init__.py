@@ -41,6 +41,10 @@ Assertion helpers (import them: ``from npu_loss_scale.pytest_plugin import ...``
 :func:`overflow_sites`
     The overflow sites (op, direction, dtype, ...) of the last step, from
     :mod:`npu_loss_scale.device.localisation`.
+:func:`assert_resume_matches`
+    Runs the user's ``train(model_dir, until)`` straight through and stopped-then-restarted from
+    its checkpoint, and fails at the first step whose loss scale, verdict or counters differ:
+    the loss-scale state did not survive the checkpoint.
 
 Example (a test of an Ascend script ``train.py`` whose ``main(steps)`` returns the per-step
 ``opt.step_report`` values)::
@@ -65,7 +69,7 @@ _MARKER = "npu_device"
 _NAMES = {"NPUDevice": "device", "SAT_MODES": "device",
           "NPURanks": "ranks", "RankFailed": "ranks", "RanksResult": "ranks",
           "assert_no_overflow": "assertions", "assert_step_skipped": "assertions",
-          "overflow_sites": "assertions"}
+          "overflow_sites": "assertions", "assert_resume_matches": "resume"}
 
 
 def __getattr__(name):
@@ -121,4 +125,4 @@ def npu_ranks(tmp_path):
 # The fixtures (npu_device, npu_ranks) and hooks reach tests through the plugin's registration,
 # not through imports.
 __all__ = ["NPUDevice", "NPURanks", "RankFailed", "RanksResult", "assert_no_overflow",
-           "assert_step_skipped", "overflow_sites", "SAT_MODES"]
+           "assert_resume_matches", "assert_step_skipped", "overflow_sites", "SAT_MODES"]

@@ -1,0 +1,191 @@
+"""The pytest plugin's assert_resume_matches: a restart from a checkpoint must continue the
+loss-scale state as a run straight through does.
+
+The script (tests/scripts/ascend_user_resume.py) is a user's Ascend TF1 session loop with a
+Saver; the straight run's reports, written out below, come from its arithmetic (the kernel's
+gradient is the loss scale, computed in float16), not from the helper.
+"""
+import functools
+import math
+import os
+
+import pytest
+
+from npu_loss_scale.pytest_plugin import assert_resume_matches
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts",
+                      "ascend_user_resume.py")
+
+
+@pytest.fixture
+def train(npu_device):
+    return npu_device.load_script(SCRIPT).main
+
+
+def test_the_straight_run_is_what_the_script_arithmetic_gives(train, tmp_path):
+    # From 2**17 with float16's largest value 65504: two overflows (halved each time, global_step
+    # stays), then 2**15 fits and doubles after 2 good steps, overflows again at 2**16, ...
+    reports = train(str(tmp_path), 3)
+    got = [(r.loss_scale, r["next_loss_scale"], r.overflowed, r["global_step"]) for r in reports]
+    assert got == [(2.0 ** 17, 2.0 ** 16, True, 0), (2.0 ** 16, 2.0 ** 15, True, 0),
+                   (2.0 ** 15, 2.0 ** 15, False, 1), (2.0 ** 15, 2.0 ** 16, False, 2),
+                   (2.0 ** 16, 2.0 ** 15, True, 2), (2.0 ** 15, 2.0 ** 15, False, 3)]
+
+
+@pytest.mark.parametrize("resume_at", [1, 2, 3, 5])
+def test_a_script_that_saves_every_global_variable_resumes_as_it_ran(train, tmp_path, resume_at):
+    assert_resume_matches(train, steps=6, resume_at=resume_at, workdir=tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["resumed", "straight"]
+
+
+def _failure(train, workdir):
+    """The AssertionError message of a 6-step run restarted at 3."""
+    with pytest.raises(AssertionError) as err:
+        assert_resume_matches(train, steps=6, resume_at=3, workdir=workdir)
+    return str(err.value)
+
+
+def test_a_saver_of_the_trainable_variables_fails_at_the_first_step_after_the_restart(
+        train, tmp_path):
+    # Restarted with global_step 0 and the initial scale: the 7th report (the straight run's
+    # step at 2**15, global_step 4) meets 2**17 again.
+    message = _failure(functools.partial(train, saver_var_list="trainable"), tmp_path)
+    assert "differs from the straight run at step 6, the first after the restart" in message
+    assert "loss_scale 32768.0 (straight) vs 131072.0 (resumed)" in message
+    assert "global_step 4 (straight) vs 0 (resumed)" in message
+    assert "not only the trainable ones" in message
+
+
+def test_losing_only_the_growth_counter_shows_as_a_late_growth(train, tmp_path):
+    # The loss scale and global_step restored, the manager's good-step counter not: at the first
+    # step after the restart the straight run has counted two good steps and doubles its scale;
+    # the resumed one has counted one.
+    message = _failure(functools.partial(train, saver_var_list="no_counters"), tmp_path)
+    assert "at step 6, the first after the restart" in message
+    assert ": next_loss_scale 65536.0 (straight) vs 32768.0 (resumed). The" in message
+
+
+def test_skipped_steps_is_held_only_when_asked(train, tmp_path):
+    # NPULossScaleOptimizer's skipped_steps is not in checkpoints unless
+    # checkpoint_skipped_steps=True: with ignore=() the restart shows it.
+    with pytest.raises(AssertionError, match=r"skipped_steps 3 \(straight\) vs 0 \(resumed\)"):
+        assert_resume_matches(train, steps=6, resume_at=3, workdir=tmp_path, ignore=())
+
+
+def test_a_run_in_which_the_loss_scale_never_moves_is_refused(train, tmp_path):
+    with pytest.raises(ValueError, match="the check could not fail"):
+        assert_resume_matches(functools.partial(train, init_loss_scale=1.0,
+                                                incr_every_n_steps=1000),
+                              steps=4, resume_at=2, workdir=tmp_path)
+
+
+# The rest needs no TensorFlow run: train functions that return reports as dicts.
+
+def _fake(sequence, restart_shift=None):
+    """train(model_dir, until) over a fixed list of report dicts, one per global step, saved
+    in model_dir as the number of steps done; ``restart_shift`` changes what a restarted run
+    reports (a lost state)."""
+    def train(model_dir, until):
+        os.makedirs(model_dir, exist_ok=True)
+        marker = os.path.join(model_dir, "done")
+        done = int(open(marker).read()) if os.path.exists(marker) else 0
+        restarted = done > 0
+        reports = [dict(report) for report in sequence[done:until]]
+        if restarted and restart_shift is not None:
+            reports = restart_shift(reports)
+        with open(marker, "w") as f:
+            f.write(str(until))
+        return reports
+    return train
+
+
+SEQUENCE = [{"finite": False, "loss_scale": 4.0, "next_loss_scale": 2.0, "global_step": 0},
+            {"finite": True, "loss_scale": 2.0, "next_loss_scale": 2.0, "global_step": 1},
+            {"finite": True, "loss_scale": 2.0, "next_loss_scale": 4.0, "global_step": 2},
+            {"finite": True, "loss_scale": 4.0, "next_loss_scale": 4.0, "global_step": 3}]
+
+
+def test_a_temporary_workdir_is_made_and_removed(monkeypatch, tmp_path):
+    made = []
+    real = __import__("tempfile").mkdtemp
+
+    def mkdtemp(**kwargs):
+        made.append(real(dir=str(tmp_path), **kwargs))
+        return made[-1]
+    monkeypatch.setattr("tempfile.mkdtemp", mkdtemp)
+    assert_resume_matches(_fake(SEQUENCE), steps=4, resume_at=2)
+    assert len(made) == 1 and not os.path.exists(made[0])
+
+
+def test_nan_scales_compare_equal_and_other_numbers_bit_for_bit(tmp_path):
+    nan = [dict(r, loss_scale=math.nan) if i == 3 else r for i, r in enumerate(SEQUENCE)]
+    assert_resume_matches(_fake(nan), steps=4, resume_at=2, workdir=tmp_path / "a")
+
+    def nudged(reports):
+        reports[0]["loss_scale"] = 2.0000000000000004   # the next double after 2.0
+        return reports
+    with pytest.raises(AssertionError, match=r"loss_scale 2.0 \(straight\) vs 2.0000000000000004"):
+        assert_resume_matches(_fake(SEQUENCE, nudged), steps=4, resume_at=2,
+                              workdir=tmp_path / "b")
+
+
+def test_a_difference_before_the_restart_is_called_nondeterminism(tmp_path):
+    calls = []
+
+    def train(model_dir, until):
+        calls.append(until)
+        reports = _fake(SEQUENCE)(model_dir, until)
+        if len(calls) == 2:
+            reports[0]["loss_scale"] = 8.0
+        return reports
+    with pytest.raises(AssertionError, match="at step 0, before the restart.*not deterministic"):
+        assert_resume_matches(train, steps=4, resume_at=2, workdir=tmp_path)
+
+
+def test_a_restart_that_runs_a_different_number_of_steps_fails(tmp_path):
+    with pytest.raises(AssertionError, match=r"ran 2 \+ 1 steps to reach until=4, the straight "
+                                             r"run 4"):
+        assert_resume_matches(_fake(SEQUENCE, lambda reports: reports[:1]), steps=4,
+                              resume_at=2, workdir=tmp_path)
+
+
+def test_a_call_that_runs_no_step_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=r"until=4\) restarted after until=2 ran no step"):
+        assert_resume_matches(_fake(SEQUENCE, lambda reports: []), steps=4, resume_at=2,
+                              workdir=tmp_path)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(train=None), TypeError, "train must be a function train\\(model_dir, until\\)"),
+    (dict(steps=4.0), TypeError, "steps must be an int; got 4.0"),
+    (dict(resume_at=True), TypeError, "resume_at must be an int; got True"),
+    (dict(resume_at=4), ValueError, "resume_at must be between 1 and steps - 1 = 3.*got "
+                                    "resume_at=4, steps=4"),
+    (dict(resume_at=0), ValueError, "resume_at must be between 1 and steps - 1"),
+    (dict(ignore=("loss",)), ValueError, "ignore=\\['loss'\\] names no step number.*accepted: "
+                                         "loss_scale, next_loss_scale"),
+    (dict(ignore=3), TypeError, "ignore must be a list of report keys"),
+])
+def test_bad_arguments_are_named(tmp_path, kwargs, error, match):
+    arguments = dict(train=_fake(SEQUENCE), steps=4, resume_at=2, workdir=tmp_path)
+    arguments.update(kwargs)
+    with pytest.raises(error, match=match):
+        assert_resume_matches(**arguments)
+    assert not os.path.exists(tmp_path / "straight")   # refused before any run
+
+
+def test_a_workdir_holding_a_run_is_refused(tmp_path):
+    (tmp_path / "straight").mkdir()
+    (tmp_path / "straight" / "checkpoint").write_text("model_checkpoint_path: 'x'")
+    with pytest.raises(ValueError, match="straight is not empty; give a fresh workdir"):
+        assert_resume_matches(_fake(SEQUENCE), steps=4, resume_at=2, workdir=tmp_path)
+    assert (tmp_path / "straight" / "checkpoint").read_text() == "model_checkpoint_path: 'x'"
+
+
+def test_what_train_returns_must_be_reports(tmp_path):
+    with pytest.raises(TypeError, match="must return the reports of the steps it ran"):
+        assert_resume_matches(lambda model_dir, until: None, steps=4, resume_at=2,
+                              workdir=tmp_path / "a")
+    with pytest.raises(TypeError, match="each report must be a step's StepReport"):
+        assert_resume_matches(lambda model_dir, until: [1.0], steps=4, resume_at=2,
+                              workdir=tmp_path / "b")
