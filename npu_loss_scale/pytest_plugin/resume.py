@@ -185,8 +185,9 @@ def _compare(step, want, got, restart):
             "cannot be told apart; seed it." % (step, shown))
     raise AssertionError(
         "the resumed run differs from the straight run at step %d, the %s after the restart: "
-        "%s. The loss-scale state did not survive the checkpoint: save every global variable "
-        "(the manager's loss scale and counters, global_step), not only the trainable ones, and "
+        "%s. The loss-scale state did not survive the checkpoint: save the loss scale, its "
+        "counters and the step counter (a Saver over every global variable, not only the "
+        "trainable ones; the GradScaler or the Keras optimizer in a tf.train.Checkpoint) and "
         "restore them before the first step after the restart."
         % (step, _ordinal(step - restart + 1), shown))
 
