@@ -82,47 +82,78 @@ def test_a_run_in_which_the_loss_scale_never_moves_is_refused(train, tmp_path):
                               steps=4, resume_at=2, workdir=tmp_path)
 
 
-def _grad_scaler_training(model_dir, until, save_scaler=True):
-    """A user's TF 2 loop: GradScaler, a tf.train.CheckpointManager, a step counter that counts
-    applied steps. The scaled gradient 4 * scale overflows float32 above 2**125: from 2**127 the
-    scale backs off twice, then doubles after 2 good steps and overflows again."""
+def _grad_scaler_step(scaler, inner, w):
+    with tf.GradientTape() as tape:
+        loss = scaler.scale(tf.reduce_sum(4.0 * w))
+    scaler.step(inner, list(zip(tape.gradient(loss, [w]), [w])))
+    report = scaler.step_report
+    scaler.update()
+    return report
+
+
+def _keras_step(opt, w):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(4.0 * w)
+        if hasattr(opt, "get_scaled_loss"):      # Keras 2: the user scales and unscales
+            loss = opt.get_scaled_loss(loss)
+        else:                                    # Keras 3: apply() unscales
+            loss = opt.scale_loss(loss)
+    grads = tape.gradient(loss, [w])
+    if hasattr(opt, "get_unscaled_gradients"):
+        grads = opt.get_unscaled_gradients(grads)
+    opt.apply_gradients(zip(grads, [w]))
+    return opt.step_report
+
+
+def _tf2_training(model_dir, until, front_end="grad_scaler", save_scaler=True):
+    """A user's TF 2 loop: a GradScaler or the Keras NpuLossScaleOptimizer, a
+    tf.train.CheckpointManager, a step counter that counts applied steps. The scaled gradient
+    4 * scale overflows float32 above 2**125: from 2**127 the scale backs off twice, then doubles
+    after 2 good steps and overflows again."""
     w = tf.Variable([1.0, 1.0])
     step = tf.Variable(0, dtype=tf.int64)
-    scaler = nls.GradScaler(init_scale=2.0 ** 127, growth_interval=2, backend="emulation")
-    inner = tf.keras.optimizers.SGD(0.001)
+    if front_end == "grad_scaler":
+        scaler = nls.GradScaler(init_scale=2.0 ** 127, growth_interval=2, backend="emulation")
+        train_step = functools.partial(_grad_scaler_step, scaler, tf.keras.optimizers.SGD(0.001))
+    else:
+        from npu_loss_scale.keras import NpuLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+        scaler = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.001), initial_scale=2.0 ** 127,
+                                       dynamic_growth_steps=2, backend="emulation")
+        train_step = functools.partial(_keras_step, scaler)
     saved = dict(w=w, step=step, scaler=scaler) if save_scaler else dict(w=w, step=step)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(**saved), model_dir, max_to_keep=1)
     if manager.latest_checkpoint:
         manager.checkpoint.restore(manager.latest_checkpoint)
     reports = []
     while int(step.numpy()) < until:
-        with tf.GradientTape() as tape:
-            loss = scaler.scale(tf.reduce_sum(4.0 * w))
-        scaler.step(inner, list(zip(tape.gradient(loss, [w]), [w])))
-        reports.append(scaler.step_report)
+        reports.append(train_step(w))
         if not reports[-1].overflowed:
             step.assign_add(1)
-        scaler.update()
     manager.save()
     return reports
 
 
 @tf2_only
+@pytest.mark.parametrize("front_end", ["grad_scaler", "keras"])
 @pytest.mark.parametrize("resume_at", [1, 2, 3])
-def test_a_grad_scaler_saved_in_a_tf_checkpoint_resumes_as_it_ran(tmp_path, resume_at):
-    assert_resume_matches(_grad_scaler_training, steps=4, resume_at=resume_at, workdir=tmp_path)
+def test_a_scaler_saved_in_a_tf_checkpoint_resumes_as_it_ran(tmp_path, front_end, resume_at):
+    assert_resume_matches(functools.partial(_tf2_training, front_end=front_end), steps=4,
+                          resume_at=resume_at, workdir=tmp_path)
 
 
 @tf2_only
-def test_a_tf_checkpoint_without_the_grad_scaler_fails_at_the_restart(tmp_path):
+@pytest.mark.parametrize("front_end, shown", [
+    # the GradScaler reports the scale its step used, the Keras optimizer the scale after it
+    ("grad_scaler", "scale %r (straight) vs %r (resumed)" % (2.0 ** 126, 2.0 ** 127)),
+    ("keras", "next_loss_scale %r (straight) vs %r (resumed)" % (2.0 ** 125, 2.0 ** 126))])
+def test_a_tf_checkpoint_without_the_scaler_fails_at_the_restart(tmp_path, front_end, shown):
     # Reports 0-3 reach step 2 (two overflows at 2**127 and 2**126, two good steps at 2**125);
     # the straight run's report 4 overflows at 2**126 after its growth, the restarted scaler is
     # back at 2**127.
+    train = functools.partial(_tf2_training, front_end=front_end, save_scaler=False)
     with pytest.raises(AssertionError) as err:
-        assert_resume_matches(functools.partial(_grad_scaler_training, save_scaler=False),
-                              steps=4, resume_at=2, workdir=tmp_path)
-    assert ("at step 4, the first after the restart: scale %r (straight) vs %r (resumed)"
-            % (2.0 ** 126, 2.0 ** 127)) in str(err.value)
+        assert_resume_matches(train, steps=4, resume_at=2, workdir=tmp_path)
+    assert "at step 4, the first after the restart: " + shown in str(err.value)
 
 
 # The rest needs no TensorFlow run: train functions that return reports as dicts.

@@ -92,14 +92,15 @@ class NpuProperties:
     @property
     def step_report(self):
         """The latest step's :class:`~npu_loss_scale.StepReport`: ``finite`` (the value of
-        :attr:`last_step_finite`) and ``loss_scale`` (the scale now, after that step's update).
+        :attr:`last_step_finite`) and ``next_loss_scale`` (the scale now, after that step's
+        update). The scale the step itself used is not kept, so ``report.loss_scale`` is None.
         Read it eagerly, after a step."""
         finite = self.last_step_finite
         if finite is None:
             raise ValueError("the NpuLossScaleOptimizer has taken no step yet: its step_report "
                              "exists after the first apply_gradients")
         return StepReport(finite=bool(np.asarray(finite)),
-                          loss_scale=np.asarray(self.loss_scale).item())
+                          next_loss_scale=np.asarray(self.loss_scale).item())
 
 
 def register(cls):

@@ -69,6 +69,8 @@ def _describe(details):
         if "next_loss_scale" in details:
             scale += " -> %g" % details["next_loss_scale"]
         parts.append(scale)
+    elif "next_loss_scale" in details:
+        parts.append("loss scale after the step %g" % details["next_loss_scale"])
     for key, label in (("scale", "scale"), ("skipped_steps", "skipped steps"),
                        ("global_step", "global step"), ("iteration", "iteration"),
                        ("step", "step"), ("sites", "overflow sites")):
