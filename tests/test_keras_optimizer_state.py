@@ -186,6 +186,26 @@ def test_a_restored_valid_state_trains_on_from_it(tmp_path):
     assert float(opt.loss_scale) == 16.0
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
+def test_a_restore_into_a_fresh_optimizer_scales_its_first_step_by_the_restored_scale(
+        tmp_path, traced):
+    """A custom loop restoring into an optimizer that has not stepped yet (Keras 3 builds it at
+    its first apply): the first step's loss is scaled by the restored scale 8, the scale its
+    gradients are unscaled by. By hand, g = 1: momentum m = 0.5 * -0.5 - 0.5 * 1 = -0.75, so
+    [0.5, 1.5] + m. Keras 3's own LossScaleOptimizer scales that step by initial_scale (1024
+    here) and unscales by 8: the step moves 128 times too far (m = -64.25)."""
+    path = _trained(tmp_path)                 # scale 8, counter 1, [0.5, 1.5], m = -0.5
+    var = tf.Variable([0.0, 0.0])
+    opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.5, momentum=0.5), initial_scale=1024.0,
+                                dynamic_growth_steps=4)
+    tf.train.Checkpoint(var=var, opt=opt).restore(path)
+    assert float(opt.loss_scale) == 8.0       # before the first step too
+    step = tf.function(_step) if traced else _step
+    step(opt, var, lambda: tf.reduce_sum(var))
+    assert var.numpy().tolist() == [-0.25, 0.75]
+    assert (float(opt.loss_scale), int(_counter_variable(opt).numpy())) == (8.0, 2)
+
+
 def _compiled_model():
     model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
     opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.1), initial_scale=8.0)

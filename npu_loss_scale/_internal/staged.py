@@ -156,14 +156,7 @@ def refuse_pending(owner_name, holders, accepted):
     that one); when one has another shape, every pending position of that restore is dropped (so
     nothing of it is restored later either) and ``ValueError`` is raised as
     :class:`StagedState` raises it."""
-    newest = {}
-    for holder, names in holders:
-        holder._maybe_initialize_trackable()  # pylint: disable=protected-access
-        for local, name in names.items():
-            for position in holder._deferred_dependencies.get(local, ()):  # pylint: disable=protected-access
-                uid = position.checkpoint.restore_uid
-                if name not in newest or uid > newest[name].checkpoint.restore_uid:
-                    newest[name] = position
+    newest = _newest_pending(holders)
     wrong, refused = [], set()
     for name, position in sorted(newest.items()):
         key = _value_key(position)
@@ -184,6 +177,31 @@ def refuse_pending(owner_name, holders, accepted):
             else:
                 del pending[local]
     raise refusal(owner_name, wrong, accepted)
+
+
+def _newest_pending(holders):
+    """``{state variable name: the position of the newest restore still pending for it}``
+    (``holders`` as for :func:`refuse_pending`)."""
+    newest = {}
+    for holder, names in holders:
+        holder._maybe_initialize_trackable()  # pylint: disable=protected-access
+        for local, name in names.items():
+            for position in holder._deferred_dependencies.get(local, ()):  # pylint: disable=protected-access
+                uid = position.checkpoint.restore_uid
+                if name not in newest or uid > newest[name].checkpoint.restore_uid:
+                    newest[name] = position
+    return newest
+
+
+def pending_value(holders, name):
+    """The value (a NumPy array) that the newest restore still pending for the state variable
+    ``name`` will give it when the owner makes its state, or None when none is pending."""
+    position = _newest_pending(holders).get(name)
+    key = _value_key(position) if position is not None else None
+    if key is None:
+        return None
+    return np.asarray(
+        tf.train.load_checkpoint(position.checkpoint.save_path_string).get_tensor(key))
 
 
 def _value_key(position):

@@ -124,8 +124,25 @@ def build(doc, module):
         def loss_scale(self):
             """The current loss scale (float32 scalar)."""
             if not self.built:
-                return tf.constant(self.initial_scale, tf.float32)
+                return tf.constant(self._npu_unbuilt_scale(), tf.float32)
             return tf.convert_to_tensor(self.dynamic_scale.value)
+
+        def scale_loss(self, loss):
+            """``loss`` times the loss scale. Before the build (a custom loop's first step),
+            the scale a checkpoint restored into this optimizer holds, else ``initial_scale``:
+            Keras's own takes ``initial_scale`` there, so the first step after a restore
+            unscales its gradients by another scale than its loss was scaled by."""
+            if self.built:
+                return super().scale_loss(loss)
+            return keras_ops.multiply(loss, self._npu_unbuilt_scale())
+
+        def _npu_unbuilt_scale(self):
+            """Before the build: the scale a pending checkpoint restore holds (refused now if it
+            does not fit), else ``initial_scale``."""
+            self._npu_refuse_pending()
+            value = _staged.pending_value([(self, {"dynamic_scale": "dynamic_scale"})],
+                                          "dynamic_scale")
+            return self.initial_scale if value is None else float(value)
 
         def check_finite(self, grads):
             # Keras 3 checks the still-scaled gradients: the emulation's ±MAX test applies too.
