@@ -82,6 +82,39 @@ def test_a_run_in_which_the_loss_scale_never_moves_is_refused(train, tmp_path):
                               steps=4, resume_at=2, workdir=tmp_path)
 
 
+@pytest.mark.npu_device(precision_mode="allow_mix_precision")
+def test_an_estimator_resumes_from_its_model_dir_with_the_hooks_history(npu_device, tmp_path):
+    """An Estimator's own restart: train(max_steps=until) restores from model_dir; the
+    LossScaleHook's history gives the reports. The model is the script's (the gradient is the
+    loss scale, in float16): it depends on no data, which the Estimator reads afresh."""
+    estimator = getattr(tf.compat.v1, "estimator", None)
+    if estimator is None:
+        pytest.skip("tensorflow-estimator is not available for this TensorFlow (2.16+)")
+
+    def model_fn(features, labels, mode):  # pylint: disable=unused-argument
+        x = tf.constant([[1.0, 1.0]])
+        kernel = tf.compat.v1.get_variable("kernel", [2, 1], initializer=tf.ones_initializer())
+        loss = tf.reduce_sum(tf.matmul(x, kernel)) + 0.0 * tf.reduce_sum(features)
+        manager = nls.ExponentialUpdateLossScaleManager(
+            init_loss_scale=2.0 ** 17, incr_every_n_steps=2, decr_every_n_nan_or_inf=1,
+            decr_ratio=0.5)
+        opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.001),
+                                        manager)
+        train_op = opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+        return estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        return tf.compat.v1.data.Dataset.from_tensors((tf.ones([1]), tf.zeros([1]))).repeat()
+
+    def train(model_dir, until):
+        hook = nls.LossScaleHook(log_overflows=False)
+        estimator.Estimator(model_fn, model_dir=model_dir).train(input_fn, max_steps=until,
+                                                                 hooks=[hook])
+        return hook.history
+
+    assert_resume_matches(train, steps=6, resume_at=3, workdir=tmp_path)
+
+
 def _grad_scaler_step(scaler, inner, w):
     with tf.GradientTape() as tape:
         loss = scaler.scale(tf.reduce_sum(4.0 * w))

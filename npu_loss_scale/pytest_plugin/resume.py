@@ -87,7 +87,13 @@ def _check_arguments(train, steps, resume_at):
                          "resume_at=%d, steps=%d" % (steps - 1, resume_at, steps))
 
 
-def assert_resume_matches(train, steps, resume_at, workdir=None, ignore=("skipped_steps",)):
+#: Report keys assert_resume_matches leaves out by default: counts of skipped steps, which a
+#: checkpoint holds only with NPULossScaleOptimizer(checkpoint_skipped_steps=True) (a
+#: LossScaleHook's ``iteration`` is global_step plus that count).
+PER_PROCESS_KEYS = ("skipped_steps", "iteration")
+
+
+def assert_resume_matches(train, steps, resume_at, workdir=None, ignore=PER_PROCESS_KEYS):
     """Fails unless a run stopped at ``resume_at`` and restarted from its checkpoint reports
     the same steps as a run straight through to ``steps``.
 
@@ -105,9 +111,9 @@ def assert_resume_matches(train, steps, resume_at, workdir=None, ignore=("skippe
       workdir: a folder for the two runs' model directories (``straight`` and ``resumed``), e.g.
         pytest's ``tmp_path``; default a temporary folder, removed afterwards.
       ignore: report keys not compared. By default ``skipped_steps``, the optimizer's count of
-        skipped steps, which checkpoints hold only with
-        ``NPULossScaleOptimizer(checkpoint_skipped_steps=True)``; pass ``ignore=()`` to hold it
-        too.
+        skipped steps, and a ``LossScaleHook``'s ``iteration`` (``global_step`` plus that
+        count): checkpoints hold the count only with
+        ``NPULossScaleOptimizer(checkpoint_skipped_steps=True)``; with it, pass ``ignore=()``.
 
     Raises:
       AssertionError: at the first step whose verdict, loss scale or counter differs, naming it,
@@ -196,4 +202,4 @@ def _ordinal(n):
     return {1: "first", 2: "second", 3: "third"}.get(n, "%dth" % n)
 
 
-__all__ = ["assert_resume_matches"]
+__all__ = ["assert_resume_matches", "PER_PROCESS_KEYS"]
