@@ -61,6 +61,56 @@ def test_session_run_gives_back_the_optimizers_report_as_a_step_report(graph, se
     assert_step_skipped(dict(overflowed))     # a plain dict of the same keys, as before
 
 
+@pytest.mark.parametrize("case, keys", [
+    # no global step passed to minimize(): no global_step
+    ("no_global_step", ["finite", "loss_scale", "next_loss_scale", "skipped_steps"]),
+    # accumulating: a run's report is built before it knows whether it decides, so no next
+    # scale and no global_step
+    ("accumulation", ["finite", "loss_scale", "skipped_steps"]),
+    # and without an overflow check (else the step is the inner optimizer's, with no report):
+    # no verdict either
+    ("no_overflow_check", ["loss_scale", "skipped_steps"]),
+    # Megatron's scaler does not tell the scale after the step before it runs: no next scale
+    ("megatron_scaler", ["finite", "global_step", "loss_scale", "skipped_steps"]),
+])
+def test_what_a_step_cannot_tell_is_left_out_so_session_run_can_fetch_the_report(
+        graph, session, case, keys):
+    w = tf.compat.v1.get_variable("w", initializer=np.array([1.0, 2.0], np.float32))
+    manager = {"no_global_step": nls.FixedLossScaleManager(8.0),
+               "accumulation": nls.FixedLossScaleManager(8.0),
+               "no_overflow_check": nls.FixedLossScaleManager(8.0, enable_overflow_check=False),
+               "megatron_scaler": nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 1000, 2)}[case]
+    opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01), manager,
+                                    backend="emulation",
+                                    accumulation_steps=2 if case in ("accumulation",
+                                                                     "no_overflow_check") else 1)
+    global_step = None if case == "no_global_step" else \
+        tf.compat.v1.train.get_or_create_global_step()
+    train = opt.minimize(tf.reduce_sum(w), global_step=global_step)
+    assert sorted(opt.step_report) == keys
+    session.run(tf.compat.v1.global_variables_initializer())
+    _, report = session.run([train, opt.step_report])
+    assert type(report) is nls.StepReport and sorted(report) == keys
+    assert (report.loss_scale, report["skipped_steps"]) == (8.0, 0)
+    if case == "no_overflow_check":
+        assert report.overflowed is None
+        with pytest.raises(ValueError, match="the step has no overflow check"):
+            assert_no_overflow(report)
+    else:
+        assert_no_overflow(report)
+
+
+def test_without_an_overflow_check_the_step_is_the_inner_optimizers_and_has_no_report(graph):
+    w = tf.compat.v1.get_variable("w", initializer=np.array([1.0, 2.0], np.float32))
+    opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01),
+                                    nls.FixedLossScaleManager(8.0, enable_overflow_check=False),
+                                    backend="emulation")
+    opt.minimize(tf.reduce_sum(w))
+    with pytest.raises(RuntimeError, match="with enable_overflow_check=False .and no "
+                                           "accumulation. a step is the inner optimizer's"):
+        opt.step_report  # pylint: disable=pointless-statement
+
+
 def test_the_hooks_records_and_its_step_report_are_step_reports(graph, session):
     w, x, opt, train = _optimizer_step()
     hook = nls.LossScaleHook(optimizer=opt, every_n_steps=10, log_fn=lambda line: None)

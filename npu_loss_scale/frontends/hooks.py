@@ -130,10 +130,10 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
                 report = None
             if report is not None:
                 tensors["loss_scale"] = report["loss_scale"]
-                tensors["finite"] = report["finite"]
-                tensors["next_loss_scale"] = report["next_loss_scale"]
+                tensors["finite"] = report.get("finite")
+                tensors["next_loss_scale"] = report.get("next_loss_scale")
                 tensors["skipped_after"] = report["skipped_steps"]
-                tensors["global_step_after"] = report["global_step"]
+                tensors["global_step_after"] = report.get("global_step")
             else:
                 tensors["finite"] = None
             for key in ("grad_norm", "num_zeros_in_grad"):      # MegatronMixedPrecisionOptimizer

@@ -198,17 +198,22 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         """Tensors describing the last train op built in this graph, for hooks and logging.
 
         A :class:`~npu_loss_scale.StepReport` (a dict): ``loss_scale`` (the scale the step used),
-        ``next_loss_scale`` (the scale after the step, or None if the manager cannot tell),
-        ``finite`` (bool, None without an overflow check), ``skipped_steps`` (after the step) and
-        ``global_step`` (after the step, None when no global step was passed). Fetching them with
-        the train op costs nothing extra and changes nothing: none of them has a side effect;
-        ``sess.run`` gives back a ``StepReport`` of their values.
+        ``next_loss_scale`` (the scale after the step; absent when the manager cannot tell),
+        ``finite`` (bool; absent without an overflow check), ``skipped_steps`` (after the step)
+        and ``global_step`` (after the step; absent when no global step was passed). What the
+        step cannot tell is left out rather than None, which ``sess.run`` would refuse to fetch.
+        Fetching them with the train op costs nothing extra and changes nothing: none of them has
+        a side effect; ``sess.run`` gives back a ``StepReport`` of their values.
         """
         report = self._built_state("step_report").get("report")
+        if report is None and not self._check_overflow and self._accumulation_steps == 1:
+            raise RuntimeError("step_report: with enable_overflow_check=False (and no "
+                               "accumulation) a step is the inner optimizer's apply_gradients, "
+                               "which reports nothing; read loss_scale instead")
         if report is None:
             raise RuntimeError("step_report exists once the train op is built: call minimize() or "
                                "apply_gradients() first")
-        return StepReport(report)
+        return StepReport({key: value for key, value in report.items() if value is not None})
 
     def get_name(self):
         return self._name

@@ -25,8 +25,9 @@ def _step_outcome(step, helper):
         if "finite" in report:
             raise ValueError("%s: the step has no overflow check (a FixedLossScaleManager "
                              "with enable_overflow_check=False): nothing to assert" % helper)
-        raise ValueError("%s: the step has no overflow check (overflow is None): nothing to "
-                         "assert" % helper)
+        raise ValueError("%s: the step has no overflow check (its report holds no verdict, as "
+                         "NPULossScaleOptimizer's with a FixedLossScaleManager(enable_overflow_"
+                         "check=False)): nothing to assert" % helper)
     return report.overflowed, report.skipped, report.details
 
 
@@ -35,7 +36,8 @@ def _report_of(step, helper):
     # imported here: loading the plugin imports none of the package
     from npu_loss_scale._internal.report import StepReport, of_record  # pylint: disable=import-outside-toplevel
     if isinstance(step, dict):
-        if "finite" not in step and "overflow" not in step:
+        # a StepReport without a verdict is a step with no overflow check (_step_outcome says so)
+        if not isinstance(step, StepReport) and "finite" not in step and "overflow" not in step:
             raise TypeError("%s: a step dict needs a 'finite' key (sess.run(opt.step_report)) or "
                             "an 'overflow' key (LossScaleHook.history); got keys %s"
                             % (helper, sorted(step)))
