@@ -239,6 +239,16 @@ def test_nan_scales_compare_equal_and_other_numbers_bit_for_bit(tmp_path):
                               workdir=tmp_path / "b")
 
 
+def test_a_later_difference_is_placed_after_the_restart(tmp_path):
+    def counter_lost(reports):
+        reports[1]["global_step"] = 0         # the second step after the restart
+        return reports
+    with pytest.raises(AssertionError, match=r"at step 3, the second after the restart: "
+                                             r"global_step 3 \(straight\) vs 0 \(resumed\)\."):
+        assert_resume_matches(_fake(SEQUENCE, counter_lost), steps=4, resume_at=2,
+                              workdir=tmp_path)
+
+
 def test_a_difference_before_the_restart_is_called_nondeterminism(tmp_path):
     calls = []
 

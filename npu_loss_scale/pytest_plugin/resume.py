@@ -199,7 +199,11 @@ def _compare(step, want, got, restart):
 
 
 def _ordinal(n):
-    return {1: "first", 2: "second", 3: "third"}.get(n, "%dth" % n)
+    """first, second, third, 4th, ... 11th, 12th, 13th, ... 21st, 22nd, 23rd, 24th, ..."""
+    if n <= 3:
+        return ("first", "second", "third")[n - 1]
+    last = {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return "%d%s" % (n, "th" if n % 100 in (11, 12, 13) else last)
 
 
 __all__ = ["assert_resume_matches", "PER_PROCESS_KEYS"]
