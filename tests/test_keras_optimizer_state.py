@@ -193,7 +193,7 @@ def test_a_restore_into_a_fresh_optimizer_scales_its_first_step_by_the_restored_
     its first apply): the first step's loss is scaled by the restored scale 8, the scale its
     gradients are unscaled by. By hand, g = 1: momentum m = 0.5 * -0.5 - 0.5 * 1 = -0.75, so
     [0.5, 1.5] + m. Keras 3's own LossScaleOptimizer scales that step by initial_scale (1024
-    here) and unscales by 8: the step moves 128 times too far (m = -64.25)."""
+    here) and unscales by 8: its gradient is taken 128 times too large (m = -64.25)."""
     path = _trained(tmp_path)                 # scale 8, counter 1, [0.5, 1.5], m = -0.5
     var = tf.Variable([0.0, 0.0])
     opt = NpuLossScaleOptimizer(tf.keras.optimizers.SGD(0.5, momentum=0.5), initial_scale=1024.0,

@@ -258,7 +258,7 @@ def test_a_difference_before_the_restart_is_called_nondeterminism(tmp_path):
         if len(calls) == 2:
             reports[0]["loss_scale"] = 8.0
         return reports
-    with pytest.raises(AssertionError, match="at step 0, before the restart.*not deterministic"):
+    with pytest.raises(AssertionError, match="at step 0, before the restart.*not deterministic.*or depends on until"):
         assert_resume_matches(train, steps=4, resume_at=2, workdir=tmp_path)
 
 
@@ -282,7 +282,7 @@ def test_a_call_that_runs_no_step_is_an_error(tmp_path):
     (dict(resume_at=4), ValueError, "resume_at must be between 1 and steps - 1 = 3.*got "
                                     "resume_at=4, steps=4"),
     (dict(resume_at=0), ValueError, "resume_at must be between 1 and steps - 1"),
-    (dict(ignore=("loss",)), ValueError, "ignore=\\['loss'\\] names no step number.*accepted: "
+    (dict(ignore=("loss",)), ValueError, "ignore holds 'loss', not a report's number; accepted: "
                                          "loss_scale, next_loss_scale"),
     (dict(ignore=3), TypeError, "ignore must be a list of report keys"),
 ])
@@ -306,6 +306,34 @@ def test_what_train_returns_must_be_reports(tmp_path):
     with pytest.raises(TypeError, match="must return the reports of the steps it ran"):
         assert_resume_matches(lambda model_dir, until: None, steps=4, resume_at=2,
                               workdir=tmp_path / "a")
-    with pytest.raises(TypeError, match="each report must be a step's StepReport"):
+    with pytest.raises(TypeError, match="assert_resume_matches: step must be .*got 1.0"):
         assert_resume_matches(lambda model_dir, until: [1.0], steps=4, resume_at=2,
                               workdir=tmp_path / "b")
+    with pytest.raises(TypeError, match="must return a list of reports, one per step it ran; "
+                                        "got one report"):
+        assert_resume_matches(lambda model_dir, until: dict(SEQUENCE[0]), steps=4, resume_at=2,
+                              workdir=tmp_path / "c")
+
+
+class _Front:
+    """A front end whose step_report is its latest step's, as GradScaler's and Keras's are."""
+    step_report = {"finite": True, "loss_scale": 2.0}
+
+
+def test_the_same_object_returned_for_every_step_is_refused(tmp_path):
+    front = _Front()
+    with pytest.raises(TypeError, match="returned the same object for several steps.*append "
+                                        "obj.step_report after each step"):
+        assert_resume_matches(lambda model_dir, until: [front] * until, steps=4, resume_at=2,
+                              workdir=tmp_path)
+
+
+@pytest.mark.parametrize("workdir, error, match", [
+    (True, TypeError, "workdir must be a folder's path .* got True"),
+    ("file", ValueError, "workdir=.* is a file; give a folder")])
+def test_a_workdir_that_is_no_folder_is_refused(tmp_path, workdir, error, match):
+    if workdir == "file":
+        workdir = tmp_path / "file"
+        workdir.write_text("")
+    with pytest.raises(error, match=match):
+        assert_resume_matches(_fake(SEQUENCE), steps=4, resume_at=2, workdir=workdir)

@@ -6,8 +6,9 @@ the keys any front end may fill:
 =================  ==============================================================================
 key                meaning
 =================  ==============================================================================
-``finite``         the step's gradients were finite and it was applied (``None``: the step had no
-                   overflow check, a ``FixedLossScaleManager(enable_overflow_check=False)``)
+``finite``         the step's gradients were finite and it was applied (absent or ``None``: the
+                   step had no overflow check, a ``FixedLossScaleManager(enable_overflow_check=
+                   False)`` accumulating)
 ``overflow``       the opposite of ``finite`` (``LossScaleHook``'s records, ``GradScaler``)
 ``skipped``        the step was skipped (only where it can differ from ``overflow``: a
                    localisation record whose sites did not decide a skip)
@@ -63,7 +64,7 @@ class StepReport(dict):
 
     @property
     def checked(self):
-        """False when the step had no overflow check (``finite`` or ``overflow`` is None)."""
+        """False when the step had no overflow check (no ``finite`` or ``overflow``, or None)."""
         return self.overflowed is not None
 
     @property

@@ -69,7 +69,8 @@ _MARKER = "npu_device"
 _NAMES = {"NPUDevice": "device", "SAT_MODES": "device",
           "NPURanks": "ranks", "RankFailed": "ranks", "RanksResult": "ranks",
           "assert_no_overflow": "assertions", "assert_step_skipped": "assertions",
-          "overflow_sites": "assertions", "assert_resume_matches": "resume"}
+          "overflow_sites": "assertions", "assert_resume_matches": "resume",
+          "PER_PROCESS_KEYS": "resume"}
 
 
 def __getattr__(name):
@@ -125,4 +126,5 @@ def npu_ranks(tmp_path):
 # The fixtures (npu_device, npu_ranks) and hooks reach tests through the plugin's registration,
 # not through imports.
 __all__ = ["NPUDevice", "NPURanks", "RankFailed", "RanksResult", "assert_no_overflow",
-           "assert_resume_matches", "assert_step_skipped", "overflow_sites", "SAT_MODES"]
+           "assert_resume_matches", "assert_step_skipped", "overflow_sites", "PER_PROCESS_KEYS",
+           "SAT_MODES"]

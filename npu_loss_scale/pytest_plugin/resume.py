@@ -28,25 +28,31 @@ def _same(a, b):
     return a == b
 
 
-def _reports(train, model_dir, until):
-    """The StepReports of the steps ``train(model_dir, until)`` ran."""
-    from npu_loss_scale._internal.report import StepReport  # pylint: disable=import-outside-toplevel
+def _reports(train, model_dir, until, which):
+    """The StepReports of the steps ``train(model_dir, until)`` ran (``which``: the call, for
+    the errors); at least one."""
+    # imported here: loading the plugin imports none of the package
+    from npu_loss_scale.pytest_plugin.assertions import _report_of  # pylint: disable=import-outside-toplevel
     returned = train(model_dir, until)
+    if isinstance(returned, dict) or hasattr(type(returned), "step_report"):
+        raise TypeError("assert_resume_matches: train(model_dir, until) must return a list of "
+                        "reports, one per step it ran; got one report: %r" % (returned,))
     try:
         reports = list(returned)
     except TypeError:
         raise TypeError("assert_resume_matches: train(model_dir, until) must return the reports "
                         "of the steps it ran (a list of sess.run(opt.step_report) values, a "
                         "LossScaleHook's history, ...); got %r" % (returned,)) from None
-    out = []
-    for report in reports:
-        if not isinstance(report, dict) and hasattr(report, "step_report"):
-            report = report.step_report
-        if not isinstance(report, dict):
-            raise TypeError("assert_resume_matches: each report must be a step's StepReport "
-                            "(or its dict); got %r (type %s)" % (report, type(report).__name__))
-        out.append(report if isinstance(report, StepReport) else StepReport(report))
-    return out
+    objects = [r for r in reports if not isinstance(r, dict)]
+    if len({id(r) for r in objects}) < len(objects):
+        raise TypeError("assert_resume_matches: train(model_dir, until) returned the same object "
+                        "for several steps (%r): an object's step_report is its latest step, so "
+                        "append obj.step_report after each step instead" % (objects[0],))
+    if not reports:
+        raise ValueError("assert_resume_matches: train(model_dir, until=%d) %s ran no step "
+                         "(returned no report); resume_at must fall inside the run"
+                         % (until, which))
+    return [_report_of(r, "assert_resume_matches") for r in reports]
 
 
 def _outcome(report, ignore):
@@ -68,9 +74,9 @@ def _check_ignore(ignore):
                         % (", ".join(numbers), ignore)) from None
     unknown = [key for key in ignore if key not in numbers]
     if unknown:
-        raise ValueError("assert_resume_matches: ignore=%r names no step number a report holds; "
+        raise ValueError("assert_resume_matches: ignore holds %s, not a report's number; "
                          "accepted: %s (the verdicts are always compared)"
-                         % (unknown, ", ".join(numbers)))
+                         % (", ".join(map(repr, unknown)), ", ".join(numbers)))
     return ignore
 
 
@@ -102,8 +108,9 @@ def assert_resume_matches(train, steps, resume_at, workdir=None, ignore=PER_PROC
         ``model_dir`` when there is one, trains until its step counter reaches ``until`` (the
         script's own: ``global_step``, which a skipped step leaves alone on the TF1 adapter, or
         a loop counter it saves), saves a checkpoint in ``model_dir`` before returning, and
-        returns the reports of the steps this call ran: ``sess.run(opt.step_report)`` values, a
-        ``LossScaleHook``'s ``history``, or anything with a ``step_report``.
+        returns the reports of the steps this call ran, a list with one per step:
+        ``sess.run(opt.step_report)`` values, a ``LossScaleHook``'s ``history``, or each step's
+        ``step_report`` (of a ``GradScaler`` after ``step()``, of the Keras optimizer).
       steps: where the straight run stops (``until`` of its one call).
       resume_at: where the first part of the resumed run stops, 1 to ``steps - 1``; choose it
         after a step that changed the loss-scale state (an overflow, a growth), or the check
@@ -118,10 +125,12 @@ def assert_resume_matches(train, steps, resume_at, workdir=None, ignore=PER_PROC
     Raises:
       AssertionError: at the first step whose verdict, loss scale or counter differs, naming it,
         or when the resumed run ran another number of steps in all.
-      ValueError: when a call of ``train`` runs no step, or when the straight run never
-        overflows and never changes its loss scale (a lost state could not show: the check
-        could not fail).
-      TypeError: when ``train`` is not callable or returns no list of reports.
+      ValueError: when a call of ``train`` runs no step; when the straight run never overflows
+        and never changes its loss scale (a lost state could not show: the check could not
+        fail); for ``resume_at`` outside 1 to ``steps - 1``, an ``ignore`` key no report holds,
+        a ``workdir`` that is a file or holds a run already.
+      TypeError: when ``train`` is not callable or returns no list of per-step reports, when
+        ``steps`` or ``resume_at`` is not an int, ``workdir`` not a path, ``ignore`` not a list.
     """
     __tracebackhide__ = True  # pylint: disable=unused-variable
     _check_arguments(train, steps, resume_at)
@@ -132,22 +141,21 @@ def assert_resume_matches(train, steps, resume_at, workdir=None, ignore=PER_PROC
             return assert_resume_matches(train, steps, resume_at, folder, ignore)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+    if isinstance(workdir, bool) or not isinstance(workdir, (str, os.PathLike)):
+        raise TypeError("assert_resume_matches: workdir must be a folder's path (str or "
+                        "pathlib.Path, e.g. pytest's tmp_path) or None; got %r" % (workdir,))
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError("assert_resume_matches: workdir=%r is a file; give a folder" % (workdir,))
     straight_dir = os.path.join(str(workdir), "straight")
     resumed_dir = os.path.join(str(workdir), "resumed")
     for folder in (straight_dir, resumed_dir):
         if os.path.exists(folder) and os.listdir(folder):
             raise ValueError("assert_resume_matches: %s is not empty; give a fresh workdir"
                              % folder)
-    straight = _reports(train, straight_dir, steps)
-    _check_telling(straight, steps)
-    before = _reports(train, resumed_dir, resume_at)
-    after = _reports(train, resumed_dir, steps)
-    for count, until, which in ((len(before), resume_at, "in a fresh model_dir"),
-                                (len(after), steps, "restarted after until=%d" % resume_at)):
-        if not count:
-            raise ValueError("assert_resume_matches: train(model_dir, until=%d) %s ran no step "
-                             "(returned no report); resume_at must fall inside the run"
-                             % (until, which))
+    straight = _reports(train, straight_dir, steps, "in a fresh model_dir")
+    _check_telling(straight)
+    before = _reports(train, resumed_dir, resume_at, "in a fresh model_dir")
+    after = _reports(train, resumed_dir, steps, "restarted after until=%d" % resume_at)
     for step, (want, got) in enumerate(zip(straight, before + after)):
         _compare(step, _outcome(want, ignore), _outcome(got, ignore), len(before))
     if len(before) + len(after) != len(straight):
@@ -157,19 +165,18 @@ def assert_resume_matches(train, steps, resume_at, workdir=None, ignore=PER_PROC
             "of the checkpoint before the loop)" % (len(before), len(after), steps, len(straight)))
 
 
-def _check_telling(straight, steps):
+def _check_telling(straight):
     """Refuses a straight run in which nothing of the loss-scale state changed."""
-    if not straight:
-        raise ValueError("assert_resume_matches: train(model_dir, until=%d) in a fresh model_dir "
-                         "ran no step (returned no report)" % steps)
     scales = {s.loss_scale for s in straight} | {s.details.get("next_loss_scale") for s in straight}
     scales.discard(None)
     if len(scales) <= 1 and not any(s.overflowed for s in straight):
         raise ValueError(
             "assert_resume_matches: in the straight run no step overflowed and the loss scale "
             "stayed %s, so a restart that lost the loss-scale state would report the same steps "
-            "and the check could not fail. Make a step before the restart overflow (a larger "
-            "init_loss_scale) or grow the scale (a small incr_every_n_steps)."
+            "and the check could not fail. Make a step overflow (a larger initial scale: "
+            "init_loss_scale, GradScaler's init_scale, Keras's initial_scale) or the scale grow "
+            "(a shorter interval: incr_every_n_steps, growth_interval, dynamic_growth_steps), "
+            "before resume_at."
             % (scales.pop() if scales else "unknown"))
 
 
@@ -187,8 +194,9 @@ def _compare(step, want, got, restart):
     if step < restart:
         raise AssertionError(
             "the two runs differ at step %d, before the restart: %s. The training is not "
-            "deterministic (an unseeded initialiser, shuffled data), so a restart's effect "
-            "cannot be told apart; seed it." % (step, shown))
+            "deterministic (an unseeded initialiser, shuffled data) or depends on until (a "
+            "schedule, a slice of the data), so a restart's effect cannot be told apart."
+            % (step, shown))
     raise AssertionError(
         "the resumed run differs from the straight run at step %d, the %s after the restart: "
         "%s. The loss-scale state did not survive the checkpoint: save the loss scale, its "
