@@ -9,6 +9,7 @@ import functools
 import math
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -113,6 +114,56 @@ def test_an_estimator_resumes_from_its_model_dir_with_the_hooks_history(npu_devi
         return hook.history
 
     assert_resume_matches(train, steps=6, resume_at=3, workdir=tmp_path)
+
+
+def _megatron_training(model_dir, until, saver_var_list="global"):
+    """A TF1 loop with Megatron's DynamicGradScaler(hysteresis=2) inside NPULossScaleOptimizer.
+    The loss is multiplied by inf at iterations 1 and 3 of the script's own counter (saved with
+    the rest), so its gradient overflows there: at 1 the scale is kept (the hysteresis tracker
+    goes 2 -> 1), at 3 it halves (1 -> 0). ``"no_hysteresis"`` saves everything but the
+    tracker."""
+    with tf.Graph().as_default():
+        iteration = tf.compat.v1.get_variable("iteration", initializer=np.int64(0),
+                                              trainable=False)
+        w = tf.compat.v1.get_variable("w", initializer=[1.0])
+        overflow_here = tf.logical_or(tf.equal(iteration, 1), tf.equal(iteration, 3))
+        loss = tf.reduce_sum(w * tf.where(overflow_here, np.float32(np.inf), np.float32(1.0)))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        opt = nls.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                        nls.DynamicGradScaler(8.0, 1.0, 2.0, 0.5, 1000, 2),
+                                        backend="emulation")
+        train_op = opt.minimize(loss, global_step=global_step)
+        with tf.control_dependencies([train_op]):
+            step = iteration.assign_add(1)
+        kept = [v for v in tf.compat.v1.global_variables()
+                if saver_var_list == "global" or "hysteresis" not in v.op.name]
+        saver = tf.compat.v1.train.Saver(kept)
+        reports = []
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            if tf.train.latest_checkpoint(model_dir):
+                saver.restore(sess, tf.train.latest_checkpoint(model_dir))
+            while sess.run(global_step) < until:
+                reports.append(sess.run([step, opt.step_report])[1])
+            os.makedirs(model_dir, exist_ok=True)
+            saver.save(sess, os.path.join(model_dir, "model.ckpt"), global_step=global_step)
+        return reports
+
+
+def test_megatrons_hysteresis_survives_the_saver_and_its_loss_shows(tmp_path):
+    # iterations 0..5: applied at 8, skipped at 8 (kept), applied at 8 (global_step 2), skipped
+    # at 8 (halved), applied at 4, 4
+    scales = [(r.loss_scale, r.overflowed) for r in _megatron_training(str(tmp_path / "a"), 4)]
+    assert scales == [(8.0, False), (8.0, True), (8.0, False), (8.0, True), (4.0, False),
+                      (4.0, False)]
+    assert_resume_matches(_megatron_training, steps=4, resume_at=2, workdir=tmp_path / "b")
+    # restarted at global_step 2 (after iteration 2) with the tracker back at 2: the overflow at
+    # iteration 3 keeps the scale, and iteration 4 runs at 8
+    with pytest.raises(AssertionError, match=r"at step 4, the second after the restart: "
+                                             r"loss_scale 4.0 \(straight\) vs 8.0 \(resumed\)"):
+        assert_resume_matches(functools.partial(_megatron_training,
+                                                saver_var_list="no_hysteresis"),
+                              steps=4, resume_at=2, workdir=tmp_path / "c")
 
 
 def _grad_scaler_step(scaler, inner, w):
