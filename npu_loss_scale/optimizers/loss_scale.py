@@ -206,11 +206,12 @@ class NPULossScaleOptimizer(tracking.ExtraChildren, LossScaleOptimizerBase):
         a side effect; ``sess.run`` gives back a ``StepReport`` of their values.
         """
         report = self._built_state("step_report").get("report")
-        if report is None and not self._check_overflow and self._accumulation_steps == 1:
-            raise RuntimeError("step_report: with enable_overflow_check=False (and no "
-                               "accumulation) a step is the inner optimizer's apply_gradients, "
-                               "which reports nothing; read loss_scale instead")
         if report is None:
+            if not self._check_overflow and self._accumulation_steps == 1:
+                raise RuntimeError("step_report: with enable_overflow_check=False (and no "
+                                   "accumulation) a step is the inner optimizer's "
+                                   "apply_gradients, which reports nothing; read loss_scale "
+                                   "instead")
             raise RuntimeError("step_report exists once the train op is built: call minimize() or "
                                "apply_gradients() first")
         return StepReport({key: value for key, value in report.items() if value is not None})
