@@ -29,6 +29,12 @@ option and accepted value; docs/cli.md has them with examples. Options (before t
     always honoured); without ``--tf1`` also for TF2 code: every eligible op the script builds in a
     ``tf.function`` or Keras model, or runs eagerly (as ``npu_device.global_options()`` does); see
     :mod:`npu_loss_scale.device.precision`.
+``--modify-mixlist FILE``
+    The device's ``modify_mixlist`` JSON for the whole run: for sessions whose config names none
+    and TF2 code whose ``npu_device.global_options()`` names none, it changes which op types a
+    mixed ``precision_mode`` (``allow_mix_precision`` and its ``_fp16``/``_bf16`` forms) lowers
+    to float16 (checked before the script starts; it sets ``NPU_LOSS_SCALE_MODIFY_MIXLIST``, which
+    the script's children inherit); see :mod:`npu_loss_scale.device.precision_lists`.
 ``--report FILE``
     At exit, write to FILE a JSON summary of the shim's ``NPULossScaleOptimizer``s: how many
     were built, how many train ops they built and how many steps those applied and skipped (it
@@ -118,6 +124,10 @@ def _run(args, argv, prog):
         os.environ["NPU_LOSS_SCALE_SAT_MODE"] = str(args.sat_mode)
     if args.report is not None:
         os.environ["NPU_LOSS_SCALE_EMULATE_REPORT"] = os.path.abspath(args.report)
+    if args.modify_mixlist is not None:  # the process-wide list, for the script and its children
+        from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+            precision_lists)
+        os.environ[precision_lists.ENV_VAR] = os.path.abspath(args.modify_mixlist)
 
     if args.script is not None:
         script = os.path.abspath(args.script)

@@ -30,7 +30,8 @@ examples:
 
 Everything after the script (or after -m MODULE) is the script's own: options of this command
 go before it. `--` may separate them explicitly. Environment: NPU_LOSS_SCALE_SAT_MODE,
-NPU_LOSS_SCALE_BACKEND, NPU_LOSS_SCALE_FUSED_UNSCALE (see docs/cli.md).
+NPU_LOSS_SCALE_BACKEND, NPU_LOSS_SCALE_FUSED_UNSCALE, NPU_LOSS_SCALE_MODIFY_MIXLIST (see
+docs/cli.md).
 """
 
 
@@ -108,6 +109,13 @@ def build_parser(prog=PROG):
                              "--tf1, for TF2 code; one of: %s (the device's training default "
                              "is allow_fp32_to_fp16; default here: none, float32 as written)"
                              % ", ".join(PRECISION_MODES))
+    device.add_argument("--modify-mixlist", default=None, metavar="FILE",
+                        help="the device's modify_mixlist JSON (black-list/white-list/gray-list, "
+                             "each with to-add/to-remove op types such as MatMulV2) for sessions "
+                             "whose config names none and for TF2 code whose "
+                             "npu_device.global_options() names none; it changes what a mixed "
+                             "precision_mode (allow_mix_precision...) lowers to float16. Sets "
+                             "NPU_LOSS_SCALE_MODIFY_MIXLIST for the script and its children")
 
     scripts = parser.add_argument_group("script compatibility")
     scripts.add_argument("--tf1", action="store_true",
@@ -163,6 +171,13 @@ def parse(argv, prog=PROG):
             parser.error("--saturate-dtypes must be a comma-separated list of floating dtypes "
                          "(%s); got %r (%s)"
                          % (", ".join(SATURATE_DTYPES), args.saturate_dtypes, err))
+    if args.modify_mixlist is not None:
+        from npu_loss_scale.device import (  # no TensorFlow  pylint: disable=import-outside-toplevel
+            precision_lists)
+        try:
+            precision_lists.load_modify_mixlist(args.modify_mixlist, "--modify-mixlist")
+        except ValueError as err:
+            parser.error(str(err))
     args.module = args.script if args.as_module else None
     if args.as_module:
         args.script = None

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from npu_loss_scale._internal.compat import tape
 from npu_loss_scale._internal.compat.scripts import NATIVE_TF1
+from npu_loss_scale.device import precision_lists
 from npu_loss_scale.device.precision_rules import RULES, check_precision_mode, handled_ops, \
     round_to
 
@@ -20,9 +21,11 @@ __all__ = ["install_op_precision", "uninstall_op_precision", "op_precision_mode"
 class _OpRule:
     """What the active mode does to an op: its types, operand dtype and result dtype."""
 
-    def __init__(self, mode):
+    def __init__(self, mode, mixlist=None):
         self.mode = mode
-        self.types, self.operand, self.result = RULES[mode]
+        mode_types, self.operand, self.result = RULES[mode]
+        self.types = precision_lists.lowered_types(mode, mode_types, mixlist)
+        self.mixlist = mixlist
         self.byte_types = frozenset(t.encode() for t in self.types)
         self.rewritten = 0   # ops built or run with the mode so far (for tests and curiosity)
 
@@ -77,7 +80,7 @@ def _run_op(run, op_name, num_outputs, inputs, attrs, ctx, name, rule):
     return outputs
 
 
-def install_op_precision(mode):
+def install_op_precision(mode, modify_mixlist=None):
     """Makes every eligible op of TF2 code built or run from now on compute as ``mode`` does on
     the device — what ``npu_device.open()`` does.
 
@@ -94,7 +97,10 @@ def install_op_precision(mode):
     applies its options when it is opened, before the model is built). Returns the mode; a
     mode that casts nothing (``force_fp32``, ``must_keep_origin_dtype``) installs nothing.
     TensorFlow 1.x has no TF2 code to act on (its ``tf.compat.v1`` graphs are the sessions'):
-    there it raises ``NotImplementedError``.
+    there it raises ``NotImplementedError``. ``modify_mixlist`` (a JSON file's path, a dict of
+    its shape, or None for the process-wide one) changes the op types a mixed mode lowers; ops
+    built in ``keep_dtype_scope()`` inside a function keep their dtype
+    (:mod:`npu_loss_scale.device.precision_lists`).
     """
     mode = check_precision_mode(mode)
     if NATIVE_TF1:
@@ -104,7 +110,8 @@ def install_op_precision(mode):
             "sessions apply it: use set_default_precision_mode(%r) with install_session_hook() "
             "(python -m npu_loss_scale.emulate and the pytest plugin's npu_device do)"
             % (mode, tf.__version__, mode))
-    rule = _OpRule(mode)
+    rule = _OpRule(mode, precision_lists.default_modify_mixlist() if modify_mixlist is None
+                   else precision_lists.load_modify_mixlist(modify_mixlist))
     uninstall_op_precision()
     if not rule.types:
         return mode
@@ -125,6 +132,8 @@ def install_op_precision(mode):
         structure, stateful, op, outputs = result
         if not isinstance(op.graph, func_graph.FuncGraph):
             return result   # a tf.compat.v1 graph: its sessions apply their config's mode
+        if precision_lists.keeps_dtype(op):
+            return result   # built in keep_dtype_scope()
         return structure, stateful, op, _built_op(op, outputs, active)
 
     def fast_path_execute(ctx, op_name, *args):
@@ -176,7 +185,7 @@ def op_precision_mode():
 
 
 @contextlib.contextmanager
-def op_precision(mode):
+def op_precision(mode, modify_mixlist=None):
     """Context manager: :func:`install_op_precision` inside, the previous state after.
 
     Example::
@@ -184,11 +193,11 @@ def op_precision(mode):
         with op_precision("allow_mix_precision"):
             y = tf.matmul(tf.constant([[300.0]]), tf.constant([[300.0]]))   # eager: 65504.0
     """
-    previous = op_precision_mode()
-    install_op_precision(mode)
+    previous = _op_rule[0]
+    install_op_precision(mode, modify_mixlist)
     try:
         yield
     finally:
         uninstall_op_precision()
         if previous is not None:
-            install_op_precision(previous)
+            install_op_precision(previous.mode, previous.mixlist)

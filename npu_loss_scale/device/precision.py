@@ -54,6 +54,7 @@ import tensorflow as tf
 
 from npu_loss_scale.device.op_precision import install_op_precision, op_precision, \
     op_precision_mode, uninstall_op_precision
+from npu_loss_scale.device import precision_lists
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 from npu_loss_scale.device.precision_rules import CUBE_OPS, FORCE_FP16_OPS, RULES, \
     check_precision_mode, handled_ops, round_to
@@ -61,32 +62,32 @@ from npu_loss_scale.device.precision_rules import CUBE_OPS, FORCE_FP16_OPS, RULE
 
 def precision_mode_of(config):
     """The ``precision_mode`` a session ``ConfigProto`` asks the NpuOptimizer for, or None."""
-    if config is None:
+    value = precision_lists.npu_parameter(config, "precision_mode")
+    if value is None:
         return None
-    try:
-        custom = config.graph_options.rewrite_options.custom_optimizers
-    except AttributeError:
-        return None
-    for optimizer in custom:
-        if optimizer.name == "NpuOptimizer" and "precision_mode" in optimizer.parameter_map:
-            return check_precision_mode(optimizer.parameter_map["precision_mode"].s,
-                                        'parameter_map["precision_mode"]')
-    return None
+    return check_precision_mode(value.s, 'parameter_map["precision_mode"]')
 
 
-def apply_precision_mode(graph, mode):
+def apply_precision_mode(graph, mode, modify_mixlist=None):
     """Rewrites the eligible float32 ops of ``graph`` to compute as ``mode`` does on the device.
 
-    Idempotent: ops handled once are not handled again, so calling it at every session creation
-    only touches ops added since. Returns the number of ops rewritten.
+    ``modify_mixlist`` (a JSON file's path, a dict of its shape, or None for the process-wide
+    one) changes the op types a mixed mode lowers; ops built in ``keep_dtype_scope()`` are left
+    as built (:mod:`npu_loss_scale.device.precision_lists`). Idempotent: ops handled once are not
+    handled again, so calling it at every session creation only touches ops added since.
+    Returns the number of ops rewritten.
     """
     mode = check_precision_mode(mode)
-    op_types, operand_dtype, result_dtype = RULES[mode]
+    mode_types, operand_dtype, result_dtype = RULES[mode]
+    mixlist = (precision_lists.default_modify_mixlist() if modify_mixlist is None
+               else precision_lists.load_modify_mixlist(modify_mixlist))
+    op_types = precision_lists.lowered_types(mode, mode_types, mixlist)
     if not op_types:
         return 0
     with handled_ops(graph) as done:
         existing = graph.get_operations()
-        todo = [op for op in existing if op.type in op_types and op.name not in done]
+        todo = [op for op in existing if op.type in op_types and op.name not in done
+                and not precision_lists.keeps_dtype(op)]
         if not todo:
             return 0
         finalized = graph.finalized
@@ -163,10 +164,12 @@ def install_session_hook():
 
     def __init__(self, target="", graph=None, config=None):
         mode = precision_mode_of(config) or _default_mode[0]
+        mixlist = None
         if mode is not None:
+            mixlist = precision_lists.modify_mixlist_of(config)   # else the process-wide one
             apply_precision_mode(graph if graph is not None else tf.compat.v1.get_default_graph(),
-                                 mode)
-        self._npu_precision = [mode, None]  # pylint: disable=protected-access
+                                 mode, mixlist)
+        self._npu_precision = [mode, None, mixlist]  # pylint: disable=protected-access
         original(self, target, graph, config)
 
     def _extend_graph(self):
@@ -174,7 +177,7 @@ def install_session_hook():
         if state is not None and state[0] is not None:
             version = self._graph.version  # pylint: disable=protected-access
             if version != state[1]:
-                apply_precision_mode(self._graph, state[0])  # pylint: disable=protected-access
+                apply_precision_mode(self._graph, state[0], state[2])  # pylint: disable=protected-access
                 state[1] = self._graph.version  # pylint: disable=protected-access
         return original_extend(self)
 

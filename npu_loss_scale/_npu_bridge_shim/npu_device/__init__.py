@@ -3,7 +3,8 @@
 Provided: ``open(device_id=None).as_default()`` (the emulated device; nothing to place on),
 ``global_options()`` (every option scripts set, nested ``dump_config``/``profiling_config``/
 ``experimental.multi_branches_config`` included: validated and recorded; ``open()`` applies
-``precision_mode`` through :mod:`npu_loss_scale.device.precision`: for TF2 code to every eligible
+``precision_mode`` (with ``modify_mixlist``, :mod:`npu_loss_scale.device.precision_lists`)
+through :mod:`npu_loss_scale.device.precision`: for TF2 code to every eligible
 op built (``tf.function``, Keras ``fit``) or run eagerly after it, in float16 with saturation;
 after ``compat.enable_v1()`` to the ``tf.compat.v1`` sessions), ``compat.enable_v1()``,
 ``compat.v1.npu_init`` (the npu_bridge one), ``distribute.all_reduce/broadcast/
@@ -108,11 +109,16 @@ def open(device_id=None):  # pylint: disable=redefined-builtin
     from npu_device import _cluster  # pylint: disable=import-outside-toplevel
     workers_num, worker_id = _cluster.join("npu_device.open")
     mode = global_options().precision_mode
+    mixlist = global_options().modify_mixlist
+    if mixlist is not None:   # also the sessions' (after compat.enable_v1()) list
+        from npu_loss_scale.device import (  # pylint: disable=import-outside-toplevel
+            precision_lists)
+        precision_lists.set_modify_mixlist(mixlist)
     if mode is not None:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         if tf.compat.v1.executing_eagerly_outside_functions():
             # TF2 code: every eligible op built (tf.function, Keras) or run eagerly from now on
-            precision.install_op_precision(mode)
+            precision.install_op_precision(mode, mixlist)
         # tf.compat.v1 sessions (all of them after compat.enable_v1()) get the mode too
         precision.set_default_precision_mode(mode)
         precision.install_session_hook()

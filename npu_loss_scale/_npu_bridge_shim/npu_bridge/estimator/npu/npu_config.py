@@ -8,6 +8,8 @@ the adapter accepts is accepted here, checked as the device checks it, and recor
 * ``precision_mode``: honoured — it goes into the session config's ``NpuOptimizer``
   ``parameter_map`` and the eligible ops compute in float16 with saturation
   (:mod:`npu_loss_scale.device.precision`);
+* ``modify_mixlist``: honoured — the path goes into the same ``parameter_map`` and changes the
+  op types a mixed ``precision_mode`` lowers (:mod:`npu_loss_scale.device.precision_lists`);
 * ``dump_config``: a ``DumpConfig(enable_dump_debug=True)`` (the device's overflow dump) turns
   on overflow localisation (:mod:`npu_loss_scale.device.localisation`) for the graphs built after it
   and writes its JSON-lines report to ``<dump_path>/overflow_report.jsonl``; a tensor dump
@@ -144,7 +146,7 @@ _BOOLS = ("enable_data_pre_proc", "enable_reduce_precision", "variable_format_op
           "mix_compile_mode", "hcom_parallel", "is_tailing_optimization", "horovod_mode",
           "enable_compress_weight", "hcom_multi_mode", "dynamic_input", "external_weight",
           "frozen_variable")
-_CPU_HONOURED = ("iterations_per_loop", "precision_mode")
+_CPU_HONOURED = ("iterations_per_loop", "precision_mode", "modify_mixlist")
 
 
 def _check_options(options):
@@ -165,6 +167,12 @@ def _check_options(options):
                          % iterations)
     if options["precision_mode"] is not None:
         options["precision_mode"] = _precision.check_precision_mode(options["precision_mode"])
+    if options["modify_mixlist"] is not None:
+        mixlist = options["modify_mixlist"]
+        if not isinstance(mixlist, (str, os.PathLike)):
+            raise TypeError("modify_mixlist must be the path of a JSON file (str) or None; got %r"
+                            % (mixlist,))
+        options["modify_mixlist"] = os.fspath(mixlist)
     for name, cls in (("dump_config", DumpConfig), ("profiling_config", ProfilingConfig),
                       ("dynamic_input_config", DynamicInputConfig)):
         if options[name] is not None and not isinstance(options[name], cls):
@@ -193,6 +201,8 @@ def npu_session_config(session_config, options):
     custom.parameter_map["iterations_per_loop"].i = int(options["iterations_per_loop"])
     if options.get("precision_mode"):
         custom.parameter_map["precision_mode"].s = options["precision_mode"].encode()
+    if options.get("modify_mixlist"):
+        custom.parameter_map["modify_mixlist"].s = options["modify_mixlist"].encode()
     config.allow_soft_placement = True
     return config
 

@@ -27,8 +27,8 @@ def without_npu_compile_scope():
 
 
 def keep_dtype_scope():
-    """Ops built inside keep their dtype under ``precision_mode`` (recorded as ``_keep_dtype``;
-    the CPU precision emulation does not consult it yet)."""
+    """Ops built inside keep their dtype under ``precision_mode``: recorded as ``_keep_dtype``,
+    which the CPU precision emulation honours (:mod:`npu_loss_scale.device.precision_lists`)."""
     return _attr_scope(_keep_dtype={"i": 1})
 
 
