@@ -117,7 +117,7 @@ def _modes(report, sites):
     return seen
 
 
-def _site_view(site, modes):
+def _site_view(site, modes, run_modes):
     verdicts = _dict(site.get("verdict"))
     steps = _dict(site.get("steps"))
     op_name = str(site.get("op_name") or "unknown op")
@@ -131,7 +131,8 @@ def _site_view(site, modes):
                       "verdict": _dict(verdicts.get(mode)).get("verdict"),
                       "method": _dict(verdicts.get(mode)).get("method"),
                       "evidence": _dict(verdicts.get(mode)).get("evidence"),
-                      "was_run": mode in verdicts or mode in steps} for mode in modes],
+                      "was_run": mode in verdicts or mode in steps or mode in run_modes}
+                     for mode in modes],
     }
 
 
@@ -222,7 +223,7 @@ def _context(report):
     sites_in = [_dict(site) for site in _list(report.get("sites"))]
     modes = _modes(report, sites_in)
     runs = [_run_view(mode, _dict(runs_in[mode])) for mode in modes if mode in runs_in]
-    sites = [_site_view(site, modes) for site in sites_in]
+    sites = [_site_view(site, modes, runs_in) for site in sites_in]
     run_of = {run["mode"]: run for run in runs}
     findings = [_finding_view(_dict(f), i) for i, f in enumerate(_list(report.get("findings")))]
     findings.sort(key=lambda f: SEVERITY_ORDER.get(f["severity"], len(SEVERITY_ORDER)))

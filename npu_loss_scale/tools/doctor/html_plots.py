@@ -66,6 +66,14 @@ def _figure(matplotlib, width, height):
     return figure
 
 
+def _margins(figure, left=0.85, right=0.25, top=0.35, bottom=0.55, between=0.75):
+    """Fixed margins in inches (matplotlib's tight_layout would draw every figure once more)."""
+    width, height = figure.get_size_inches()
+    figure.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height,
+                           bottom=bottom / height, hspace=between / height * 2,
+                           wspace=between / width * 2)
+
+
 def _style_axes(axes, title, xlabel, ylabel):
     axes.set_title(title, loc="left", fontsize=11)
     axes.set_xlabel(xlabel)
@@ -129,7 +137,7 @@ def loss_scale_svg(runs, prefix):
                            linewidth=1.4, marker="o", markersize=3)
         _style_axes(loss_axes, "Loss per step", "step", "loss")
     _integer_steps(matplotlib, panels[-1])
-    figure.tight_layout()
+    _margins(figure)
     return _svg(matplotlib, figure, prefix)
 
 
@@ -144,7 +152,8 @@ def sites_svg(layers, steps, counts, mode, prefix):
     matplotlib = _matplotlib()
     from matplotlib.collections import PatchCollection  # pylint: disable=import-outside-toplevel
     from matplotlib.patches import Rectangle  # pylint: disable=import-outside-toplevel
-    figure = _figure(matplotlib, 8.0, min(1.5 + 0.34 * len(layers), 9.0))
+    figure = _figure(matplotlib, 8.0, min(1.3 + 0.34 * len(layers), 9.0))
+    labels = [layer if len(layer) <= 40 else "\u2026" + layer[-39:] for layer in layers]
     axes = figure.subplots()
     cells = sorted(counts.items(), key=lambda item: (layers.index(item[0][0]), item[0][1]))
     top = max(count for _, count in cells)
@@ -163,7 +172,7 @@ def sites_svg(layers, steps, counts, mode, prefix):
     axes.set_xlim(steps[0] - 0.5, steps[-1] + 0.5)
     axes.set_ylim(len(layers) - 0.5, -0.5)
     axes.set_yticks(range(len(layers)))
-    axes.set_yticklabels(layers, fontsize=8)
+    axes.set_yticklabels(labels, fontsize=8)
     _integer_steps(matplotlib, axes)
     _style_axes(axes, MODE_STYLE.get(mode, {}).get("label") or mode, "step", "layer")
     axes.grid(False)
@@ -171,7 +180,7 @@ def sites_svg(layers, steps, counts, mode, prefix):
     bar.set_label("ops that overflowed", fontsize=8)
     bar.set_ticks([t for t in matplotlib.ticker.MaxNLocator(integer=True).tick_values(1, top)
                    if 1 <= t <= top])
-    figure.tight_layout()
+    _margins(figure, left=0.75 + 0.062 * max(len(label) for label in labels), right=0.2)
     return _svg(matplotlib, figure, prefix)
 
 
@@ -198,5 +207,5 @@ def fix_effect_svg(steps, loss_before, loss_after, scale_before, scale_after, pr
         _style_axes(axes, title + " per step", "step", ylabel)
         _integer_steps(matplotlib, axes)
         axes.legend(fontsize=8, frameon=False, loc="best")
-    figure.tight_layout()
+    _margins(figure)
     return _svg(matplotlib, figure, prefix)
