@@ -213,7 +213,7 @@ def _finding(kind, severity, title, evidence, settings, description, numbers):
 def _named(finding, run):
     if run is not None:
         finding["id"] = "%s/%s" % (finding["id"], run)
-        finding["evidence"] = "%s run: %s" % (run, finding["evidence"])
+        finding["evidence"] = "(%s run) %s" % (run, finding["evidence"])
     return finding
 
 
