@@ -243,6 +243,16 @@ def test_no_scaler_and_a_disabled_grad_scaler_give_no_findings():
     steps = run_of([1.0] * 3, [True] * 3)
     assert config_findings({"kind": None, "settings": {}}, steps) == []
     assert config_findings({"kind": "grad_scaler", "settings": {"enabled": False}}, steps) == []
+    assert config_findings(ascend(init_loss_scale=2.0 ** 20), []) == []
+
+
+@pure
+def test_gradients_no_scale_bounds_blame_no_setting():
+    # "inf": no float16 gradient limits the scale; a benign overflow skips the first two steps
+    # (without the bound these would count as 2 wasted steps).
+    steps = run_of([2.0 ** 20, 2.0 ** 19, 2.0 ** 18], [True, True, False], max_safe="inf")
+    assert config_findings({"kind": "keras", "settings": {"initial_scale": 2.0 ** 20}},
+                           steps) == []
 
 
 @pure

@@ -50,11 +50,12 @@ def config_findings(scaler, steps, *, run=None):
 
 
 def safe_bound(steps):
-    """The smallest positive ``max_safe_scale`` of ``steps`` (None: no step bounds the scale).
-    A 0 (the gradient overflowed even at the scale the step used) bounds nothing."""
+    """The smallest positive ``max_safe_scale`` of ``steps`` (None: not known; "inf": nothing
+    bounds the scale, no float16 gradient). A 0 (the gradient overflowed even at the scale the
+    step used) bounds nothing."""
     values = [_scalers.number(s["max_safe_scale"], "max_safe_scale") for s in steps
               if s.get("max_safe_scale") is not None]
-    values = [v for v in values if v > 0 and math.isfinite(v)]
+    values = [v for v in values if v > 0]
     return min(values) if values else None
 
 
@@ -123,7 +124,7 @@ def _predicted(config, bound):
 
 
 def _cannot_grow(config, steps, bound):
-    if config.fixed or bound is None or not steps:
+    if config.fixed or bound is None or not math.isfinite(bound) or not steps:
         return None
     last = steps[-1]
     final = last.get("next_loss_scale")
