@@ -300,6 +300,9 @@ def test_mode_script_call_over_option_and_environment():
     assert (mode["effective"], mode["source"]) == ("saturation", "script")
     assert mode["source_detail"] == ("set_device_sat_mode(0) in the script, over --sat-mode "
                                      "inf_nan and NPU_LOSS_SCALE_SAT_MODE=1")
+    mode = effective_mode({}, None, 1, call_site="train.py line 12")
+    assert (mode["effective"], mode["source"]) == ("inf_nan", "script")
+    assert mode["source_detail"] == "set_device_sat_mode(1) in train.py line 12"
 
 
 @pure

@@ -43,13 +43,14 @@ def _mode_number(value, what, accepted):
     return int(value)
 
 
-def effective_mode(environ, option=None, script_call=None):
+def effective_mode(environ, option=None, script_call=None, *, call_site=None):
     """The run's mode: ``{"effective": "saturation" | "inf_nan", "source": "script" | "option" |
     "environment" | "default", "source_detail": str, "ascend_environment": {name: value}}``.
 
     ``environ``: the script's environment (a dict); ``option``: the emulate option's mode (0, 1,
     or a name; None: not given); ``script_call``: the mode of the script's own
-    ``set_device_sat_mode`` call (None: it made none)."""
+    ``set_device_sat_mode`` call (None: it made none); ``call_site``: where that call is
+    (``"train.py line 12"``), for ``source_detail``."""
     if not hasattr(environ, "get"):
         raise ValueError("environ must be a dict of the script's environment variables; got %r"
                          % (environ,))
@@ -62,7 +63,7 @@ def effective_mode(environ, option=None, script_call=None):
     if script_call is not None:
         mode = _mode_number(script_call, "script_call", "0 or 1 (set_device_sat_mode's argument)")
         source = "script"
-        detail = "set_device_sat_mode(%d) in the script" % mode
+        detail = "set_device_sat_mode(%d) in %s" % (mode, call_site or "the script")
         overruled = [("--sat-mode %s" % MODES[_mode_number(option, "option", "0 or 1")])
                      if option is not None else None,
                      "%s=%s" % (MODE_ENV_VAR, raw) if env_mode is not None else None]
