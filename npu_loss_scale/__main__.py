@@ -6,6 +6,9 @@ Subcommands::
     npu-loss-scale build-kernel [--rebuild]
                                        build the fused unscale-and-check kernel now
     npu-loss-scale emulate ...         the same as npu-emulate ...
+    npu-loss-scale doctor [options] script.py [args ...]
+                                       whether each overflow of the script matters, and a
+                                       fix checked on the emulated device
 
 Without a subcommand it prints its help. See docs/cli.md.
 """
@@ -23,6 +26,7 @@ examples:
   %(prog)s report --json
   %(prog)s build-kernel            # build the fused kernel once, before training
   %(prog)s emulate --sat-mode inf_nan train.py --steps=10
+  %(prog)s doctor --steps 20 train.py    # which overflows matter, fixes verified
 """
 
 
@@ -34,7 +38,7 @@ def build_parser(prog=PROG):
                     "emulation of the device.", epilog=_EPILOG)
     parser.add_argument("--version", action="version",
                         version="%(prog)s " + __version__)
-    commands = parser.add_subparsers(dest="command", metavar="{report,build-kernel,emulate}")
+    commands = parser.add_subparsers(dest="command", metavar="{report,build-kernel,emulate,doctor}")
     report = commands.add_parser(
         "report", help="print the environment report (versions, backend, saturation mode, "
                        "fused kernel, Horovod, npu_bridge) for a bug report",
@@ -52,6 +56,10 @@ def build_parser(prog=PROG):
     commands.add_parser("emulate", add_help=False,
                         help="run an Ascend script on CPU: the same as npu-emulate (see "
                              "`%s emulate --help`)" % prog)
+    commands.add_parser("doctor", add_help=False,
+                        help="run a script for a few loss-scale steps in both overflow modes "
+                             "and report whether each overflow can change the update, with "
+                             "fixes verified (see `%s doctor --help`)" % prog)
     return parser
 
 
@@ -87,6 +95,9 @@ def main(argv=None):
     if argv and argv[0] == "emulate":  # everything after it is emulate's, --help included
         from npu_loss_scale.cli import emulate  # pylint: disable=import-outside-toplevel
         return emulate.main(argv[1:], prog="%s emulate" % PROG)
+    if argv and argv[0] == "doctor":  # likewise
+        from npu_loss_scale.cli import doctor  # pylint: disable=import-outside-toplevel
+        return doctor.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
