@@ -230,7 +230,8 @@ def test_a_crashed_run_shows_its_detail_and_says_there_is_nothing_else():
     assert "ValueError: Shapes (None, 10) and (None, 5) are incompatible" in \
         root.find("pre", id="outcome-detail").text()
     assert "none was built" in root.find("dl").text()
-    assert root.find(id="no-findings") and root.find(id="no-sites")
+    assert root.find(id="no-findings").text() == "No finding: no step was run."
+    assert root.find(id="no-sites").text() == "No step was run, so no op could overflow."
     assert "No step was run" in root.find("section", id="loss-scale").text()
 
 

@@ -265,7 +265,7 @@ def _context(report):
         "severity_counts": [(severity, sum(1 for f in findings if f["severity"] == severity))
                             for severity in sorted({f["severity"] for f in findings},
                                                    key=lambda s: SEVERITY_ORDER.get(s, 9))],
-        "loss_scale_plot": loss_scale_plot, "site_plots": site_plots,
+        "loss_scale_plot": loss_scale_plot, "any_steps": bool(stepped), "site_plots": site_plots,
         "schema_version": report.get("schema_version"), "schema_version_read": SCHEMA_VERSION,
     }
 
