@@ -430,3 +430,38 @@ def test_the_settings_defaults_are_the_classes_own():
                 assert default == declared, (kind, setting)
     assert _keras_shared.check_args(True, None, None) == (scalers.KERAS_INITIAL_SCALE,
                                                           scalers.KERAS_GROWTH_STEPS)
+
+
+@pure
+def test_every_finding_has_the_report_s_shape():
+    """Findings of each kind carry the schema's keys (version 1), its kinds, severities and fix
+    kinds, a non-null fix and no verification yet; ids unique within one call."""
+    keys = {"id", "kind", "severity", "title", "evidence", "site", "fix", "verified"}
+    fix_keys = {"kind", "description", "applies_without_edit", "modify_mixlist", "settings",
+                "code"}
+    megatron = {"kind": "megatron_dynamic", "settings": {
+        "initial_scale": 2.0 ** 12, "min_scale": 2.0 ** 10, "growth_factor": 2.0,
+        "backoff_factor": 0.5, "growth_interval": 1000, "hysteresis": 1}}
+    batches = [
+        config_findings(ascend(init_loss_scale=2.0 ** 32, decr_ratio=0.5),
+                        run_of([2.0 ** 32] * 3, [True] * 3, max_safe=2.0 ** 15)),
+        config_findings({"kind": "grad_scaler", "settings": {"init_scale": 1.0}},
+                        run_of([1.0] * 3, [False] * 3, max_safe=2.0 ** 15)),
+        config_findings(megatron, run_of([2.0 ** 10] * 2, [True] * 2, max_safe=2.0 ** 8)),
+        config_findings(ascend(init_loss_scale=1.0), run_of([1.0] * 2, [True] * 2)),
+        two_runs("SS", "..", "NPULossScaleOptimizer"),
+        mode_findings(effective_mode({}), {}, None, None),
+    ]
+    kinds = set()
+    for findings in batches:
+        assert len({f["id"] for f in findings}) == len(findings)
+        for finding in findings:
+            assert set(finding) - {"numbers"} == keys
+            assert finding["severity"] in ("error", "warning", "info")
+            assert finding["verified"] is None and finding["site"] is None
+            assert set(finding["fix"]) == fix_keys
+            assert finding["fix"]["kind"] in ("manager_setting", "sat_mode", "code_edit")
+            assert isinstance(finding["evidence"], str) and finding["title"]
+            kinds.add(finding["kind"])
+    assert kinds == {"wasted_start", "scale_cannot_grow", "scale_pinned_at_minimum",
+                     "mode_source", "mode_difference", "fp32_to_fp16"}
