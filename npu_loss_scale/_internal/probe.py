@@ -5,6 +5,13 @@ npu_loss_scale.emulate`` does not count as real) and reads ``NPU_LOSS_SCALE_BACK
 emulated register routes its mode functions through :func:`active_device_plugin` on the device;
 detection and agreement ask :func:`get_backend_name`. Imports nothing of the package but checks
 and graphs (for :data:`~npu_loss_scale._internal.graphs.as_is`).
+
+It is also the one module below the Ascend layer that names the adapter's modules
+(``npu_bridge.helper.helper``, ``npu_bridge.estimator.npu.npu_plugin``,
+``npu_bridge.hccl.hccl_ops``): the layers above ask it for them. Where the emulator has put its
+shim in the adapter's place (``ascend/shim.py``, a layer above), the installer hands this module
+the function that imports the shim's modules (:func:`use_stand_in`), so no layer below the shim
+imports the shim itself.
 """
 import importlib
 import os
@@ -32,8 +39,17 @@ _probe_lock = threading.Lock()
 _probe = {"key": None, "available": False}
 
 
+_stand_in = {"import": None}
+
+
+def use_stand_in(import_module):
+    """``import_module(name)`` imports the adapter's modules from now on (the emulator's shim,
+    handed down by the layer that installed it); None: Python's import again."""
+    _stand_in["import"] = import_module
+
+
 def _import(name):
-    return importlib.import_module(name)
+    return (_stand_in["import"] or importlib.import_module)(name)
 
 
 def is_shim(module):
@@ -72,6 +88,11 @@ def npu_bridge_gen_ops():
         raise ImportError("backend 'npu' needs npu_bridge (from Huawei's CANN toolkit), which "
                           "did not import: %s. Use backend='emulation' off the device." % err)
     return helper.get_gen_ops()
+
+
+def npu_bridge_hccl_ops():
+    """``npu_bridge.hccl.hccl_ops``, the adapter's collectives (ImportError without npu_bridge)."""
+    return _import("npu_bridge.hccl.hccl_ops")
 
 
 def npu_plugin_module():

@@ -1,6 +1,9 @@
-"""Agreement ``hccl``: the sum over the HCCL world with ``npu_bridge`` (Ascend devices)."""
-import importlib
+"""Agreement ``hccl``: the sum over the HCCL world with ``npu_bridge`` (Ascend devices).
 
+The adapter's ``hccl_ops`` comes from :func:`npu_loss_scale._internal.probe.npu_bridge_hccl_ops`
+(the adapter's, or the emulator's shim handed to the probe by the layer that installed it).
+"""
+from npu_loss_scale._internal import probe as _probe
 from npu_loss_scale.agreement.base import Agreement
 
 
@@ -11,7 +14,7 @@ class HcclAgreement(Agreement):
 
     def __init__(self):
         try:
-            self._ops = importlib.import_module("npu_bridge.hccl.hccl_ops")
+            self._ops = _probe.npu_bridge_hccl_ops()
         except ImportError as err:
             raise ImportError("agreement 'hccl' needs npu_bridge.hccl.hccl_ops (from Huawei's "
                               "CANN toolkit), which did not import: %s. Off the device use "
@@ -26,7 +29,7 @@ def hccl_ready(backend_name):
     if backend_name != "npu":
         return False
     try:
-        importlib.import_module("npu_bridge.hccl.hccl_ops")
+        _probe.npu_bridge_hccl_ops()
     except ImportError:
         return False
     return True

@@ -2,9 +2,12 @@
 folder ``_npu_bridge_shim`` of the package) put on ``sys.path`` and taken off again: what ``python
 -m npu_loss_scale.emulate`` and the pytest plugin's ``npu_device`` fixture do first. A real
 ``npu_bridge`` always wins; an Ascend module the shim does not have raises an error naming it."""
+import importlib
 import importlib.util
 import os
 import sys
+
+from npu_loss_scale._internal import probe as _probe
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_npu_bridge_shim")
 SHIM_PACKAGES = ("npu_bridge", "hccl", "npu_device", "moxing")
@@ -66,11 +69,19 @@ def install_shim():
         sys.path.append(SHIM_DIR)
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)
+    _probe.use_stand_in(_import_shim_module)
     return True
+
+
+def _import_shim_module(name):
+    """A module of the shim by the adapter's name: how the layers below reach the shim while it
+    is installed (handed to :func:`npu_loss_scale._internal.probe.use_stand_in`)."""
+    return importlib.import_module(name)
 
 
 def uninstall_shim():
     """Undoes :func:`install_shim`: the shim folder leaves ``sys.path``, its modules ``sys.modules``."""
+    _probe.use_stand_in(None)
     sys.path[:] = [p for p in sys.path if p != SHIM_DIR]
     sys.meta_path[:] = [f for f in sys.meta_path if f is not _FINDER]
     # the shim's packages are decided before any is removed: a package can leave sys.modules

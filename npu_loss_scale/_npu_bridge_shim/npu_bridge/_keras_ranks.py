@@ -5,7 +5,8 @@ gradients are averaged over the ranks) and ``NPUBroadcastGlobalVariablesCallback
 the Keras code runs, through the two collective paths the shim already has:
 
 * a TF1 graph (Keras 2 in the session of ``set_keras_session_npu_config``, ``--tf1`` or
-  ``npu_device.compat.enable_v1()``): ``hccl_ops`` (``npu_optimizer.allreduce`` for gradients,
+  ``npu_device.compat.enable_v1()``): ``hccl_ops`` (``npu_optimizer.allreduce``, kept in
+  :mod:`npu_bridge._allreduce`, for gradients,
   IndexedSlices gathered, as on the device; ``hccl_ops.broadcast`` for variables), built into
   the graph and run by the Keras session on the rank's server;
 * TF2 code (eager ``model.fit``, ``tf.function``; Keras 2 on TF 2.15, Keras 3 on TF 2.16+): the
@@ -53,8 +54,8 @@ def all_reduce_mean(what):
     def reduce(grads, reduction):  # pylint: disable=unused-argument  (always "mean")
         grads = list(grads)
         if _graph_mode():
-            from npu_bridge.estimator.npu import npu_optimizer  # pylint: disable=import-outside-toplevel
-            return [None if g is None else npu_optimizer.allreduce(g, True) for g in grads]
+            from npu_bridge._allreduce import allreduce  # pylint: disable=import-outside-toplevel
+            return [None if g is None else allreduce(g, True) for g in grads]
         _require_eager_collectives(what)
         from npu_device.distribute import _collectives  # pylint: disable=import-outside-toplevel
         present = [g for g in grads if g is not None]

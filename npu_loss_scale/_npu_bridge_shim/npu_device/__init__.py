@@ -100,9 +100,6 @@ class _Device:
         return self
 
 
-_device = []
-
-
 def open(device_id=None):  # pylint: disable=redefined-builtin
     """Opens the emulated device and applies the options set so far (see the package docstring)."""
     from npu_loss_scale.device import precision  # pylint: disable=import-outside-toplevel
@@ -122,13 +119,13 @@ def open(device_id=None):  # pylint: disable=redefined-builtin
         # tf.compat.v1 sessions (all of them after compat.enable_v1()) get the mode too
         precision.set_default_precision_mode(mode)
         precision.install_session_hook()
-    if not _device:
-        _device.append(_Device(device_id, workers_num, worker_id))
-    return _device[0]
+    return _cluster.opened(lambda: _Device(device_id, workers_num, worker_id))
 
 
 def global_npu_ctx():
-    return _device[0] if _device else None
+    """The device ``open()`` returned, or None before it."""
+    from npu_device import _cluster  # pylint: disable=import-outside-toplevel
+    return _cluster.global_npu_ctx()
 
 
 from npu_device import compat, distribute  # noqa: E402,F401  pylint: disable=wrong-import-position

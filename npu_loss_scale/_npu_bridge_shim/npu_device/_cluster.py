@@ -7,7 +7,8 @@ afterwards), so opening the device records ``workers_num``/``worker_id``, and fr
 ``npu_device.distribute`` and the loss-scale agreement run TensorFlow collectives eagerly and in
 ``tf.function``s. A TF1 program (``npu_device.compat.enable_v1()``) builds them into its graphs,
 run by sessions on the task's server. Several outside a ``--ranks`` run: NotImplementedError
-naming ``--ranks``.
+naming ``--ranks``. The device ``open()`` made is kept here too (:func:`global_npu_ctx`), for
+``npu_device`` and ``npu_device.distribute`` alike.
 """
 from npu_bridge import _ranks
 from npu_bridge._shim import NotEmulatedError
@@ -32,3 +33,18 @@ def join(what):
             "rank was started with --tf1. Leave out --tf1, or call "
             "npu_device.compat.enable_v1() before %s" % (what, what), name="npu_device")
     return size, rank
+
+
+_opened = []
+
+
+def opened(make):
+    """The device of this process: the one opened before, else ``make()`` kept as it."""
+    if not _opened:
+        _opened.append(make())
+    return _opened[0]
+
+
+def global_npu_ctx():
+    """The device ``npu_device.open()`` returned in this process, or None before it."""
+    return _opened[0] if _opened else None

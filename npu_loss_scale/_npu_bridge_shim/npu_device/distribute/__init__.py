@@ -65,8 +65,8 @@ def _cluster_device(what, group):
     if _ranks.rank_size() <= 1:
         return None
     _check_ranks_run(what, group)
-    import npu_device  # pylint: disable=import-outside-toplevel
-    device = npu_device.global_npu_ctx()
+    from npu_device import _cluster  # pylint: disable=import-outside-toplevel
+    device = _cluster.global_npu_ctx()
     if device is None or not device.is_cluster_worker():
         if what not in _warned:
             _warned.add(what)

@@ -9,25 +9,9 @@ processes: TF1 optimizers through ``hccl_ops.allreduce`` in the graph, Keras opt
 import tensorflow as tf
 
 from npu_bridge import _ranks
+from npu_bridge._allreduce import allreduce
 from npu_bridge._shim import module_getattr as _module_getattr
 from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer
-from npu_bridge.hccl import hccl_ops
-
-
-def allreduce(tensor, average=True):
-    """Sum (``average=False``) or mean over the ranks of a tensor or IndexedSlices."""
-    size = _ranks.rank_size()
-    if isinstance(tensor, tf.IndexedSlices):
-        values = hccl_ops.allgather(tensor.values, size)
-        if average and size > 1:
-            values = values / tf.cast(size, values.dtype)
-        return tf.IndexedSlices(values, hccl_ops.allgather(tensor.indices, size),
-                                dense_shape=tensor.dense_shape)
-    summed = hccl_ops.allreduce(tensor, "sum")
-    if average and size > 1:
-        summed = summed / tf.cast(size, summed.dtype)
-    return summed
-
 
 npu_allreduce = allreduce
 
