@@ -44,7 +44,8 @@ def _stack():
 
 
 def _other_findings(report, results, args):
-    """The configuration and mode findings (their modules are optional pieces of the doctor)."""
+    """The configuration findings of each run and the mode findings (their modules are the
+    doctor's optional pieces: without them the report has the site findings only)."""
     out = []
     try:
         from npu_loss_scale.tools.doctor import (  # pylint: disable=import-outside-toplevel
@@ -52,16 +53,26 @@ def _other_findings(report, results, args):
     except ImportError:
         config_findings = None
     if config_findings is not None and report["scaler"]["kind"] is not None:
-        first = report["runs"][next(iter(report["runs"]))]
-        out.extend(config_findings.config_findings(report["scaler"], first["steps"]))
+        seen = {}
+        for mode, run in report["runs"].items():
+            for finding in config_findings.config_findings(report["scaler"], run["steps"],
+                                                           run=mode):
+                same = seen.get((finding["kind"], finding["title"]))
+                if same is not None:  # the other run found the same: one finding, both modes
+                    same["modes"].append(mode)
+                    continue
+                finding.setdefault("modes", [mode])
+                seen[(finding["kind"], finding["title"])] = finding
+                out.append(finding)
     try:
         from npu_loss_scale.tools.doctor import (  # pylint: disable=import-outside-toplevel
             mode_findings)
     except ImportError:
         return out, None
     calls = [c for r in results.values() for c in r.get("sat_mode_calls", [])]
-    mode = mode_findings.effective_mode(dict(os.environ), None,
-                                        calls[-1]["mode"] if calls else None)
+    mode = mode_findings.effective_mode(
+        dict(os.environ), None, calls[-1]["mode"] if calls else None,
+        call_site="%s line %s" % (calls[-1]["file"], calls[-1]["line"]) if calls else None)
     mode.update(precision_mode=args.precision_mode, saturate_every_op=True)
     out.extend(mode_findings.mode_findings(mode, report["runs"], report["front_end"],
                                            args.precision_mode))

@@ -93,7 +93,8 @@ class _Recorder:  # pylint: disable=too-many-instance-attributes
                             [p[:2] for p in self.pending]:
                         self.pending.append((site.op_name, site.direction, site.dtype,
                                              site.magnitude,
-                                             [s.op_name for s in record.sites[:site.order]]))
+                                             [s.op_name for s in record.sites[:site.order]],
+                                             _scalar(loss_scale)))
             self.steps.append({
                 "step": len(self.steps) + 1, "loss_scale": _number(loss_scale),
                 "next_loss_scale": _number(next_loss_scale),
@@ -150,7 +151,12 @@ def _patch_optimizer(rec):
             return train_op
         loss = getattr(self, "_doctor_loss", None)
         grads = [getattr(g, "values", g) for g, _ in grads_and_vars if g is not None]
-        rec.targets[tf.compat.v1.get_default_graph()] = (loss, grads)
+        try:
+            scale = self.loss_scale_manager.get_loss_scale()   # the graph's one scale tensor
+        except Exception:  # pylint: disable=broad-except  # a user's manager
+            scale = None
+        rec.targets[tf.compat.v1.get_default_graph()] = (
+            loss, grads, scale if isinstance(scale, tf.Tensor) else None)
         keys = ("loss_scale", "next_loss_scale", "finite")
         inputs = [tf.cast(report[k], tf.float64) if k in report else tf.constant(np.nan, tf.float64)
                   for k in keys]
@@ -206,13 +212,13 @@ def _judge(rec, sess):
     from tensorflow.python.client import session  # pylint: disable=import-outside-toplevel
     if not rec.pending or sess.graph not in rec.targets:
         return
-    loss, grads = rec.targets[sess.graph]
+    loss, grads, scale = rec.targets[sess.graph]
     feed_dict = rec.last_feeds.get(sess.graph)
     pending, rec.pending = rec.pending, []
     targets = ([loss] if loss is not None else []) + grads
     rec.in_replay = True
     try:
-        for op_name, direction, dtype, magnitude, earlier in pending:
+        for op_name, direction, dtype, magnitude, earlier, step_scale in pending:
             path = verdicts.reaches(sess.graph, op_name, targets)
             entry = {"op_name": op_name, "direction": direction, "dtype": dtype,
                      "magnitude": _number(magnitude),
@@ -235,7 +241,8 @@ def _judge(rec, sess):
                 try:
                     verdict, evidence = verdicts.replay(
                         lambda f, d: session.BaseSession.run(sess, f, feed_dict=d), op, loss,
-                        grads, feed_dict, dmax)
+                        grads, feed_dict, dmax,
+                        None if scale is None else (scale, step_scale))
                 except Exception as err:  # pylint: disable=broad-except
                     verdict, evidence = "unknown", "the replay failed: %s" % str(err)[:300]
                 entry.update(verdict=verdict, method="reachability+replay",
@@ -349,7 +356,7 @@ def main(argv=None):
     except BaseException:  # pylint: disable=broad-except
         rec.outcome = "crashed"
         rec.detail = "".join(traceback.format_exc().splitlines(True)[-6:])
-    for op_name, direction, dtype, magnitude, _ in rec.pending:  # never seen from a Session
+    for op_name, direction, dtype, magnitude, _, _ in rec.pending:  # never seen in a Session
         rec.verdicts[_site_key(op_name, direction)] = {
             "op_name": op_name, "direction": direction, "dtype": dtype, "op_type": None,
             "magnitude": _number(magnitude), "verdict": "unknown", "method": "reachability",

@@ -122,12 +122,19 @@ def _max_difference(before, after):
     return worst
 
 
-def replay(run, op, loss, gradients, feeds, dtype_max):
+def _overflowed(values, dtype_max):
+    return any(not np.array_equal(neutralised(v, dtype_max), np.asarray(v)) for v in values)
+
+
+def replay(run, op, loss, gradients, feeds, dtype_max, scale=None):
     """The replay verdict of the site ``op`` (a ``tf.Operation``): ``(verdict, evidence)``.
 
     ``run(fetches, feed_dict)`` runs the session; ``loss`` (a tensor or None) and ``gradients``
     (the applied gradients' tensors) are what the update depends on; ``feeds`` the step's own
-    feed dict; ``dtype_max`` the largest finite value of the site's dtype."""
+    feed dict; ``dtype_max`` the largest finite value of the site's dtype; ``scale`` a pair
+    (the graph's loss-scale tensor, the scale of the step in which the site overflowed), fed so
+    that the replay runs at that step's scale. ``unknown`` when the site does not overflow in
+    the replay (the model moved on)."""
     targets = ([loss] if loss is not None else []) + list(gradients)
     floating = [t for t in op.outputs if t.dtype.is_floating]
     if not floating or not targets:
@@ -135,7 +142,12 @@ def replay(run, op, loss, gradients, feeds, dtype_max):
     sources = [t for src in ancestors_of_types(targets, REPLAY_SOURCE_TYPES)
                for t in src.outputs]
     feeds = dict(feeds or {})
+    if scale is not None and scale[1] is not None:
+        feeds[scale[0]] = scale[1]
     first = run({"targets": targets, "site": floating, "sources": sources}, feeds)
+    if not _overflowed(first["site"], dtype_max):
+        return "unknown", ("%s did not overflow when the step was replayed (the variables have "
+                           "moved on since)" % op.name)
     if not _finite(first["targets"]):
         what = "loss" if loss is not None and not _finite(first["targets"][:1]) else \
             "applied gradients"
