@@ -229,6 +229,17 @@ def test_a_fixed_scale_above_the_bound_skips_every_step(kind, name):
 
 
 @pure
+def test_a_fixed_scale_skipping_without_a_bound_asks_for_the_advisor():
+    # FixedLossScaleManager(2**16), every step skipped, no gradients observed: a lower scale may
+    # help, and only an observation can say which.
+    steps = run_of([2.0 ** 16] * 3, [True] * 3)
+    pinned = only(config_findings({"kind": "ascend_fixed", "settings": {"loss_scale": 2.0 ** 16}},
+                                  steps), "scale_pinned_at_minimum")
+    assert pinned["fix"]["settings"] is None
+    assert "--advise) and set loss_scale to it" in pinned["fix"]["description"]
+
+
+@pure
 def test_a_keras_fixed_scale_within_the_bound_is_not_pinned():
     # dynamic=False at 2**12 with a bound of 2**15: the skips are not the scale's.
     scaler = {"kind": "keras", "settings": {"dynamic": False, "initial_scale": 2.0 ** 12,

@@ -99,15 +99,15 @@ def _wasted_start(config, steps, bound):
     rule = ("; %s's rule, from %s=%s, with the observed gradients (largest safe scale %s) skips "
             "%s steps" % (config.class_name, name, _fmt(scale), _fmt(bound), exact)
             if bound is not None else "")
-    advice = _recommended(bound)
+    advice, why = _recommended(bound), "the largest scale the gradients allowed"
     if advice is None:
-        advice = steps[leading]["loss_scale"]   # the scale of the first applied step fitted
-    settings = {name: advice}
+        advice = _scalers.number(steps[leading]["loss_scale"], "loss_scale")
+        why = "the scale of the run's first applied step"
     return _finding(
         "wasted_start", "warning" if count > WASTE_WARNING_ABOVE else "info",
         "the start wastes %s steps before the first applied step" % exact, seen + rule,
-        settings, "start at %s=%s, the largest scale the gradients allowed, so that the first "
-        "step is applied; the rule still grows the scale later" % (name, _fmt(advice)),
+        {name: advice}, "start at %s=%s, %s, so that the first step is applied; the rule still "
+        "grows the scale later" % (name, _fmt(advice), why),
         {"wasted_steps": [low, high] if predicted is not None else [count, count],
          "observed_leading_skips": observed, "largest_safe_scale": bound,
          "initial_scale": scale})
@@ -148,7 +148,7 @@ def _cannot_grow(config, steps, bound):
         "the scale %s cannot grow within the run, the gradients allow %s" % (
             _fmt(final), _fmt(bound)),
         "the scale ends the run at %s, %s times below the largest safe scale %s; %s"
-        % (_fmt(final), _fmt(bound / final), _fmt(bound), why),
+        % (_fmt(final), "%g" % (bound / final), _fmt(bound), why),
         {config.scale_setting: advice},
         "start at %s=%s so that the scale needs no growth to use the float16 range the gradients "
         "leave; a shorter %s only helps if the scale must recover within %d steps"
@@ -179,8 +179,8 @@ def _pinned(config, steps, bound):
               else "its minimum %s" % _fmt(minimum))
     seen = ("%d skipped step(s) at %s (steps %s)" % (len(at_min), lowest, _steps_list(at_min))
             if at_min else "no step at %s yet" % lowest)
+    name = "min_scale" if config.kind == "megatron_dynamic" else config.scale_setting
     if too_high:
-        name = "min_scale" if config.kind == "megatron_dynamic" else config.scale_setting
         settings = {name: _recommended(bound)}
         return _finding(
             "scale_pinned_at_minimum", "error",
@@ -191,14 +191,18 @@ def _pinned(config, steps, bound):
             settings, "lower %s to %s, the largest scale the gradients allow" % (
                 name, _fmt(_recommended(bound))),
             {"minimum": minimum, "largest_safe_scale": bound, "skipped_at_minimum": len(at_min)})
+    if bound is None and minimum > 1:
+        description = ("the scale cannot go below %s: observe the gradients' largest safe scale "
+                       "(npu-emulate --advise) and set %s to it" % (_fmt(minimum), name))
+    else:
+        description = ("no setting of %s removes these skips: the overflow happens whatever the "
+                       "scale. Keep the overflowing op in float32 or mask its input before it "
+                       "(see the overflow sites' findings)" % config.class_name)
     fits = ("; the gradients allow %s, so the overflow is not the scaled gradients': no scale "
             "removes it" % _fmt(bound)) if bound is not None else ""
     return _finding(
         "scale_pinned_at_minimum", "error",
-        "steps still skip with the scale at %s" % lowest, seen + fits, None,
-        "no setting of %s removes these skips: the overflow happens whatever the scale. Keep "
-        "the overflowing op in float32 or mask its input before it (see the overflow sites' "
-        "findings)" % config.class_name,
+        "steps still skip with the scale at %s" % lowest, seen + fits, None, description,
         {"minimum": minimum, "largest_safe_scale": bound, "skipped_at_minimum": len(at_min)})
 
 
