@@ -163,12 +163,16 @@ def install_session_hook():
     original_extend = session_lib.BaseSession._extend_graph  # pylint: disable=protected-access
 
     def __init__(self, target="", graph=None, config=None):
-        mode = precision_mode_of(config) or _default_mode[0]
-        mixlist = None
-        if mode is not None:
-            mixlist = precision_lists.modify_mixlist_of(config)   # else the process-wide one
-            apply_precision_mode(graph if graph is not None else tf.compat.v1.get_default_graph(),
-                                 mode, mixlist)
+        try:
+            mode = precision_mode_of(config) or _default_mode[0]
+            mixlist = None
+            if mode is not None:
+                mixlist = precision_lists.modify_mixlist_of(config)   # else the process-wide one
+                apply_precision_mode(graph if graph is not None
+                                     else tf.compat.v1.get_default_graph(), mode, mixlist)
+        except Exception:
+            self._session = None   # BaseSession.__del__ reads it  pylint: disable=protected-access
+            raise
         self._npu_precision = [mode, None, mixlist]  # pylint: disable=protected-access
         original(self, target, graph, config)
 

@@ -106,9 +106,10 @@ class ModifyMixlist:
     """One modify_mixlist, checked: ``changes[list][action]`` is a tuple of op type names
     (Ascend IR), ``source`` where it came from (a path, or ``"<dict>"``)."""
 
-    def __init__(self, spec, source="<dict>"):
+    def __init__(self, spec, source="<dict>", what="modify_mixlist"):
         self.source = source
-        self.changes = _checked(spec, source)
+        self.changes = _checked(spec, "%s: %s" % (what, "the dict" if source == "<dict>"
+                                                   else "the file %r" % (source,)))
 
     def as_dict(self):
         """The list as its JSON file holds it (every list and action, empty ones included)."""
@@ -139,8 +140,7 @@ class ModifyMixlist:
         return "ModifyMixlist(%r, source=%r)" % (self.as_dict(), self.source)
 
 
-def _checked(spec, source):
-    where = "modify_mixlist %s" % source
+def _checked(spec, where):
     if not isinstance(spec, dict):
         raise ValueError("%s must hold a JSON object with the keys %s; got %s"
                          % (where, ", ".join(repr(k) for k in _LISTS), type(spec).__name__))
@@ -189,7 +189,7 @@ def load_modify_mixlist(source, what="modify_mixlist"):
     if isinstance(source, ModifyMixlist):
         return source
     if isinstance(source, dict):
-        return ModifyMixlist(source)
+        return ModifyMixlist(source, what=what)
     if isinstance(source, bytes):
         source = source.decode("utf-8", "replace")
     if not isinstance(source, (str, os.PathLike)):
@@ -212,7 +212,7 @@ def load_modify_mixlist(source, what="modify_mixlist"):
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise ValueError("%s: the file %r is not JSON (%s); it must hold an object with the "
                          "keys black-list, white-list, gray-list" % (what, path, err)) from None
-    result = ModifyMixlist(spec, source=path)
+    result = ModifyMixlist(spec, source=path, what=what)
     _file_cache.clear()
     _file_cache[key] = result
     return result
