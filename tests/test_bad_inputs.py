@@ -31,7 +31,7 @@ import npu_loss_scale as nls
 from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.cli import emulate
 from npu_loss_scale.device import register as emulation
-from npu_loss_scale.device import saturation
+from npu_loss_scale.device import precision_lists, saturation
 from tf_versions import TF1, TF2_ONLY_REASON
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -534,6 +534,15 @@ def b_sat_mode_env(ctx):
     return nls.get_device_sat_mode
 
 
+def b_mixlist_bad_key(ctx):
+    return lambda: precision_lists.set_modify_mixlist({"blacklist": {"to-add": ["MatMulV2"]}})
+
+
+def b_mixlist_env_missing(ctx):
+    ctx.mp.setenv(precision_lists.ENV_VAR, "no_such_mixlist_for_npu_loss_scale.json")
+    return precision_lists.default_modify_mixlist
+
+
 def b_rank_size_env(ctx):
     ctx.mp.setenv("RANK_SIZE", "two")
     from npu_loss_scale.cli import report_files  # pylint: disable=import-outside-toplevel
@@ -978,6 +987,18 @@ CASES = [
     case("run-config-bool-option-not-bool", "npu_bridge NPURunConfig(...)",
          b_run_config(mix_compile_mode="yes"), TypeError,
          r"mix_compile_mode must be True or False; got 'yes'", needs_estimator=True),
+    case("run-config-modify-mixlist-not-a-path", "npu_bridge NPURunConfig(...)",
+         b_run_config(modify_mixlist=3), TypeError,
+         r"modify_mixlist must be the path of a JSON file \(str\) or None; got 3",
+         needs_estimator=True),
+    case("modify-mixlist-unknown-key", "precision_lists.set_modify_mixlist(...)",
+         b_mixlist_bad_key, ValueError,
+         r"set_modify_mixlist: the dict has the key\(s\) 'blacklist'; accepted keys: "
+         r"'black-list', 'white-list', 'gray-list'"),
+    case("modify-mixlist-env-file-missing", "NPU_LOSS_SCALE_MODIFY_MIXLIST (a session or TF2 op "
+         "under a mixed precision_mode)", b_mixlist_env_missing, ValueError,
+         r"the environment variable NPU_LOSS_SCALE_MODIFY_MIXLIST: cannot read the file "
+         r"'no_such_mixlist_for_npu_loss_scale.json'"),
     # the emulate entry point
     case("emulate-no-script", CLI, b_cli([], stderr=r"error: the script to run is missing"),
          behaviour="exit status 2; stderr: usage and 'the script to run is missing'",
@@ -1012,6 +1033,14 @@ CASES = [
                       r"allow_fp32_to_fp16, .*force_lowerprecision\)"),
          behaviour="exit status 2; stderr: \"argument --precision-mode: invalid choice: 'half' "
                    "(choose from allow_fp32_to_fp16, ...)\"", graph=False),
+    case("emulate-modify-mixlist-missing", CLI,
+         b_cli(["--modify-mixlist", "no_such_mixlist_for_npu_loss_scale.json", "x.py"],
+               stderr=r"--modify-mixlist: cannot read the file "
+                      r"'no_such_mixlist_for_npu_loss_scale.json' \(.*\); it must be the path of "
+                      r"a JSON file with the keys black-list, white-list, gray-list"),
+         behaviour="exit status 2; stderr: \"--modify-mixlist: cannot read the file '...' "
+                   "(No such file or directory); it must be the path of a JSON file ...\"",
+         graph=False),
     case("emulate-saturate-dtypes-not-floating", CLI,
          b_cli(["--saturate-every-op", "--saturate-dtypes", "int32", "x.py"],
                stderr=r"--saturate-dtypes must be a comma-separated list of floating dtypes "
