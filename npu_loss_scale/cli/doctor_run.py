@@ -22,6 +22,7 @@ import inspect
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -202,6 +203,13 @@ def _patch_session(rec):
     session.BaseSession.run, session.BaseSession.close = run, close
 
 
+def _op_type(graph, op_name):
+    try:
+        return graph.get_operation_by_name(op_name).type
+    except (KeyError, ValueError):
+        return None
+
+
 def _judge(rec, sess):
     """The verdicts of the sites seen so far, in this session's graph, replayed with the feeds
     of its last step. Made once the steps are done or when the session closes, so that no
@@ -223,10 +231,11 @@ def _judge(rec, sess):
             entry = {"op_name": op_name, "direction": direction, "dtype": dtype,
                      "magnitude": _number(magnitude),
                      "fed_by": verdicts.fed_by(sess.graph, op_name, earlier, layer_of)}
-            try:
-                entry["op_type"] = sess.graph.get_operation_by_name(op_name).type
-            except (KeyError, ValueError):
-                entry["op_type"] = None
+            entry["op_type"] = _op_type(sess.graph, op_name)
+            rounded = re.match(r"^(.*)_precision/[^/]+$", op_name)  # precision_mode's casts
+            if rounded and _op_type(sess.graph, rounded.group(1)):
+                entry["rounded_op"] = {"op_name": rounded.group(1),
+                                       "op_type": _op_type(sess.graph, rounded.group(1))}
             if path is None:
                 entry.update(verdict="unknown", method="reachability",
                              evidence="no op named %s in the train op's graph" % op_name)

@@ -84,6 +84,8 @@ def merge_sites(results):
             site = sites.setdefault(key, _new_site(entry))
             site["max_magnitude"] = _larger(site["max_magnitude"], entry.get("magnitude"))
             site["verdict"][mode] = {k: entry[k] for k in ("verdict", "method", "evidence")}
+            if entry.get("rounded_op"):
+                site["rounded_op"] = entry["rounded_op"]
             if entry.get("fed_by"):
                 site["fed_by"][mode] = entry["fed_by"]
     return list(sites.values())

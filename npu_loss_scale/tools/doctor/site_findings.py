@@ -63,13 +63,15 @@ def _edit(site):
 
 
 def _keep_fp32(site):
-    op_type = site.get("op_type") or site["op_name"].rsplit("/", 1)[-1]
+    """Keep the op in float32; a site of precision_mode's rounding names the op it rounds."""
+    op = site.get("rounded_op") or {"op_name": _forward_op(site), "op_type": site.get("op_type")}
+    op_type = op["op_type"] or op["op_name"].rsplit("/", 1)[-1]
     code = ("+  from npu_bridge.estimator.npu import npu_scope\n"
             "+  with npu_scope.keep_dtype_scope():\n"
-            "       ...   # build %s here: it stays in float32" % site["op_name"])
-    return _fix("keep_fp32", "keep %s (%s) in float32: add it to precision_mode's black list "
+            "       ...   # build %s here: it stays in float32" % op["op_name"])
+    return _fix("keep_fp32", "keep %s (%s) in float32: add %s to precision_mode's black list "
                 "with modify_mixlist, or build it under npu_scope.keep_dtype_scope()"
-                % (site["op_name"], op_type), True,
+                % (op["op_name"], op_type, op_type), True,
                 mixlist={"black-list": {"to-add": [op_type]}}, code=code)
 
 
