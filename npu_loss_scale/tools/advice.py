@@ -91,10 +91,12 @@ class Advice:
             for name in self.float32_layers:
                 lines.append("    " + name)
             lines.append("    how: compute them in float32 (cast their inputs with "
-                         "tf.cast(x, tf.float32) and build them outside saturate_every_op); on "
-                         "the device, build them under npu_bridge's npu_scope.keep_dtype_scope() "
-                         "or put their op types on the precision_mode block list "
-                         "(modify_mixlist)")
+                         "tf.cast(x, tf.float32) and build them outside saturate_every_op); "
+                         "where precision_mode lowers them (on the device, and here under "
+                         "npu-emulate --precision-mode), build them under npu_bridge's "
+                         "npu_scope.keep_dtype_scope() or add their op types to the black list "
+                         "of a modify_mixlist file (npu-emulate --modify-mixlist FILE tries that "
+                         "without editing the script)")
         else:
             lines.append("  no layer overflows float16 in the forward pass")
         lines.append("  %-60s %12s %10s %12s %10s %14s" % (
