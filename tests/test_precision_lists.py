@@ -118,6 +118,20 @@ def test_the_table_maps_ascend_names_to_tensorflow_op_types(lists, graph, tmp_pa
     assert run_session([batched, plain], config) == ([90001.0, F16_MAX], True)
 
 
+def test_ascend_op_type_names_what_a_list_must_say_for_a_tensorflow_op_type():
+    from npu_loss_scale.device.precision_rules import (  # pylint: disable=import-outside-toplevel
+        FORCE_FP16_OPS)
+    assert precision_lists.ascend_op_type("MatMul") == "MatMulV2"
+    assert precision_lists.ascend_op_type("DepthwiseConv2dNative") == "DepthwiseConv2D"
+    assert precision_lists.ascend_op_type("Exp") == "Exp"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # every op the modes lower is in the table
+        for tf_type in FORCE_FP16_OPS:   # and a black list of its name stops lowering it
+            black = precision_lists.ModifyMixlist(
+                {"black-list": {"to-add": [precision_lists.ascend_op_type(tf_type)]}})
+            assert tf_type not in black.lowered(FORCE_FP16_OPS), tf_type
+
+
 def test_keep_dtype_scope_keeps_one_matmul_in_float32_and_the_next_is_lowered(lists, graph):
     from npu_bridge.estimator.npu import npu_scope  # pylint: disable=import-outside-toplevel
     with npu_scope.keep_dtype_scope():

@@ -39,7 +39,7 @@ import warnings
 from npu_loss_scale._internal.messages import NpuLossScaleWarning
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 
-__all__ = ["ASCEND_TO_TF", "MIXLIST_MODES", "ENV_VAR", "ModifyMixlist", "ModifyMixlistWarning",
+__all__ = ["ASCEND_TO_TF", "ascend_op_type", "MIXLIST_MODES", "ENV_VAR", "ModifyMixlist", "ModifyMixlistWarning",
            "load_modify_mixlist", "set_modify_mixlist", "default_modify_mixlist",
            "modify_mixlist_of", "npu_parameter", "lowered_types", "keeps_dtype", "KEEP_DTYPE_ATTR"]
 
@@ -73,6 +73,24 @@ ASCEND_TO_TF = dict(
        ("SoftmaxV2", ("Softmax",)), ("LogSoftmaxV2", ("LogSoftmax",)),
        ("ReduceSum", ("Sum",)), ("ReduceSumD", ("Sum",)),
        ("ReduceMean", ("Mean",)), ("ReduceMeanD", ("Mean",))])
+
+# TensorFlow op type -> the Ascend IR name a modify_mixlist file gives it (where several IR names
+# map to it, the one the device's adapter turns it into); the others are the same name
+_TF_TO_ASCEND = {"MatMul": "MatMulV2", "Add": "Add", "AddV2": "AddV2"}
+for _name, _types in ASCEND_TO_TF.items():
+    for _tf_type in _types:
+        if _tf_type != _name and _tf_type not in _TF_TO_ASCEND \
+                and _tf_type not in ASCEND_TO_TF:
+            _TF_TO_ASCEND[_tf_type] = _name
+
+
+def ascend_op_type(tf_op_type):
+    """The Ascend IR op type a modify_mixlist file names for the TensorFlow op type
+    ``tf_op_type`` (``MatMul`` -> ``MatMulV2``, ``DepthwiseConv2dNative`` -> ``DepthwiseConv2D``;
+    a type of the same name on both sides, or one the table does not know, as it is): what to
+    write in a list to move ops of that type."""
+    return _TF_TO_ASCEND.get(tf_op_type, tf_op_type)
+
 
 _LISTS = ("black-list", "white-list", "gray-list")
 _ACTIONS = ("to-add", "to-remove")
