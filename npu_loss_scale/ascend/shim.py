@@ -1,13 +1,12 @@
 """The CPU shim of Ascend's packages (``npu_bridge``, ``npu_device``, ``hccl``, ``moxing``, in the
 folder ``_npu_bridge_shim`` of the package) put on ``sys.path`` and taken off again: what ``python
 -m npu_loss_scale.emulate`` and the pytest plugin's ``npu_device`` fixture do first. A real
-``npu_bridge`` always wins; an Ascend module the shim does not have raises an error naming it."""
+``npu_bridge`` always wins; an Ascend module the shim does not have raises an error naming it.
+Importing this module imports no TensorFlow (``npu-emulate --help`` stays quick)."""
 import importlib
 import importlib.util
 import os
 import sys
-
-from npu_loss_scale._internal import probe as _probe
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_npu_bridge_shim")
 SHIM_PACKAGES = ("npu_bridge", "hccl", "npu_device", "moxing")
@@ -69,7 +68,8 @@ def install_shim():
         sys.path.append(SHIM_DIR)
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)
-    _probe.use_stand_in(_import_shim_module)
+    from npu_loss_scale._internal import probe  # imports TensorFlow  pylint: disable=import-outside-toplevel
+    probe.use_stand_in(_import_shim_module)
     return True
 
 
@@ -81,7 +81,9 @@ def _import_shim_module(name):
 
 def uninstall_shim():
     """Undoes :func:`install_shim`: the shim folder leaves ``sys.path``, its modules ``sys.modules``."""
-    _probe.use_stand_in(None)
+    probe = sys.modules.get("npu_loss_scale._internal.probe")  # imported by install_shim
+    if probe is not None:
+        probe.use_stand_in(None)
     sys.path[:] = [p for p in sys.path if p != SHIM_DIR]
     sys.meta_path[:] = [f for f in sys.meta_path if f is not _FINDER]
     # the shim's packages are decided before any is removed: a package can leave sys.modules
