@@ -311,3 +311,14 @@ def test_importing_the_page_module_imports_neither_jinja2_nor_matplotlib():
     out = subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.PIPE,
                          universal_newlines=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.stdout.strip() == "[]"
+
+
+def test_a_grid_of_many_cells_is_one_embedded_image(monkeypatch):
+    from npu_loss_scale.tools.doctor import html_plots  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(html_plots, "MAX_VECTOR_CELLS", 3)  # masked_padding's grids: 3 and 4
+    root = parse(render_html(REPORTS["masked_padding"]()))
+    assert marker_count(root, "plot-sites-saturation-cells") == 3
+    assert not root.find_all(id="plot-sites-inf_nan-cells")
+    (image,) = root.find("figure", id="plot-sites-inf_nan").find_all("image")
+    assert image.attrs["xlink:href"].startswith("data:image/png;base64,")
+    assert not root.find("figure", id="plot-sites-saturation").find_all("image")

@@ -20,6 +20,7 @@ MODE_STYLE = {
 _OTHER_MODE = {"color": "#009E73", "linestyle": "-.", "label": None}
 _BEFORE = {"color": "#7f7f7f", "linestyle": "--", "label": "before the fix"}
 _AFTER = {"color": "#009E73", "linestyle": "-", "label": "after the fix"}
+MAX_VECTOR_CELLS = 4000  # more grid squares than this are drawn as one raster image
 _SVG_START = re.compile(r"<svg\b")
 _ID = re.compile(r'\bid="([^"]+)"')
 
@@ -144,7 +145,8 @@ def loss_scale_svg(runs, prefix):
 def sites_svg(layers, steps, counts, mode, prefix):
     """A grid of layer (rows) by step (columns): one square per layer and step where any of the
     layer's ops overflowed in one mode's run, its colour the number of them; no square where none
-    did. The squares are the SVG group ``<prefix>-cells``, one element each.
+    did. The squares are the SVG group ``<prefix>-cells``, one element each (one embedded image
+    for more than ``MAX_VECTOR_CELLS``).
 
     ``counts``: {(layer, step): number of sites}, ``layers`` and ``steps`` the rows and columns
     in order."""
@@ -167,6 +169,8 @@ def sites_svg(layers, steps, counts, mode, prefix):
         cmap=colours, norm=norm, edgecolor="white", linewidth=0.6 if len(steps) <= 80 else 0.0)
     squares.set_array(numpy.array([count for _, count in cells], dtype=float))
     squares.set_gid("%s-cells" % prefix)
+    # a long run of many layers: one embedded image rather than thousands of SVG paths
+    squares.set_rasterized(len(cells) > MAX_VECTOR_CELLS)
     axes.add_collection(squares)
     axes.set_facecolor("#f4f5f7")
     axes.set_xlim(steps[0] - 0.5, steps[-1] + 0.5)
