@@ -122,8 +122,9 @@ def diagnose(args, command, log=print):
     others, mode = _other_findings(report, results, args)
     report["findings"].extend(others)
     report["mode"] = mode or _default_mode(results, args)
-    if not report["findings"] and first["outcome"] in ("completed", "step_limit"):
-        report["findings"].append({
+    if not report["sites"] and first["outcome"] in ("completed", "step_limit") and not any(
+            f["severity"] in ("error", "warning") for f in report["findings"]):
+        report["findings"].insert(0, {
             "id": "clean", "kind": "clean", "severity": "info",
             "title": "no overflow in %d steps" % len(first["steps"]),
             "evidence": "; ".join("%s mode: %d steps, none skipped" % (m, len(r["steps"]))

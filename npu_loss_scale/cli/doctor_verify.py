@@ -1,5 +1,5 @@
-"""The doctor's fix verification: each fix that needs no edit of the script is applied by a run
-of the same steps, and the finding's ``verified`` compares that run with the run it fixes.
+"""The doctor's fix verification: each fix that needs no edit of the script (of a finding that
+is a warning or an error) is applied by a run of the same steps, and the finding's ``verified`` compares that run with the run it fixes.
 
 ``sat_mode`` compares with the run in the other mode (made now if ``--modes`` left it out);
 ``manager_setting`` re-runs with the manager's or scaler's constructor arguments replaced
@@ -48,8 +48,8 @@ def verify(report, args, log):
     mixlist_ok = None
     for finding in report["findings"]:
         fix = finding.get("fix")
-        if not fix or not fix.get("applies_without_edit"):
-            continue
+        if not fix or not fix.get("applies_without_edit") or finding["severity"] == "info":
+            continue  # an info finding costs no step: nothing to verify
         mode = (finding.get("modes") or list(report["runs"]))[0]
         if mode not in report["runs"]:
             continue

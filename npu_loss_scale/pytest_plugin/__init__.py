@@ -22,6 +22,11 @@ Fixtures:
     npu_bridge.npu_init import *``) in the test's process; ``npu_device.load_script(path)``
     imports one as a module so the test can call its functions.
 
+``npu_doctor``
+    Runs ``npu-loss-scale doctor`` on a script (``npu_doctor.run("train.py", *args,
+    steps=10)``) in the test's ``tmp_path`` and returns its report; see
+    :mod:`npu_loss_scale.pytest_plugin.doctor`.
+
 ``npu_ranks``
     Runs a function or a script in N emulated ranks: N processes with the environment Ascend
     launch scripts set (``RANK_ID``, ``RANK_SIZE``, ``DEVICE_ID``, ...) whose HCCL calls and
@@ -41,6 +46,9 @@ Assertion helpers (import them: ``from npu_loss_scale.pytest_plugin import ...``
 :func:`overflow_sites`
     The overflow sites (op, direction, dtype, ...) of the last step, from
     :mod:`npu_loss_scale.device.localisation`.
+:func:`assert_no_harmful_overflow`
+    Takes the overflow doctor's report (the ``npu_doctor`` fixture's ``run(script, ...)``, or
+    :func:`run_doctor`) and fails naming each harmful overflow site, its verdict and its fix.
 :func:`assert_resume_matches`
     Runs the user's ``train(model_dir, until)`` straight through and stopped-then-restarted from
     its checkpoint, and fails at the first step whose loss scale, verdict or counters differ:
@@ -70,7 +78,8 @@ _NAMES = {"NPUDevice": "device", "SAT_MODES": "device",
           "NPURanks": "ranks", "RankFailed": "ranks", "RanksResult": "ranks",
           "assert_no_overflow": "assertions", "assert_step_skipped": "assertions",
           "overflow_sites": "assertions", "assert_resume_matches": "resume",
-          "PER_PROCESS_KEYS": "resume"}
+          "PER_PROCESS_KEYS": "resume", "Doctor": "doctor", "run_doctor": "doctor",
+          "assert_no_harmful_overflow": "doctor"}
 
 
 def __getattr__(name):
@@ -123,8 +132,17 @@ def npu_ranks(tmp_path):
     return NPURanks(str(tmp_path))
 
 
-# The fixtures (npu_device, npu_ranks) and hooks reach tests through the plugin's registration,
+@pytest.fixture
+def npu_doctor(tmp_path):
+    """Runs ``npu-loss-scale doctor`` on a script and returns its report (see
+    :class:`~npu_loss_scale.pytest_plugin.doctor.Doctor`)."""
+    from npu_loss_scale.pytest_plugin.doctor import Doctor  # pylint: disable=import-outside-toplevel
+    return Doctor(tmp_path)
+
+
+# The fixtures (npu_device, npu_ranks, npu_doctor) and hooks reach tests through the plugin's registration,
 # not through imports.
 __all__ = ["NPUDevice", "NPURanks", "RankFailed", "RanksResult", "assert_no_overflow",
+           "Doctor", "run_doctor", "assert_no_harmful_overflow",
            "assert_resume_matches", "assert_step_skipped", "overflow_sites", "PER_PROCESS_KEYS",
            "SAT_MODES"]
