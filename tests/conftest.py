@@ -8,11 +8,13 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import skip_policy  # noqa: E402  (tests/skip_policy.py: the CI stacks' skip allowlists)
+import docs_summary  # noqa: E402  (tests/docs_summary.py: the documentation blocks skipped)
 
 
 def pytest_configure(config):
     # The markers (slow, distributed, bert, tf_independent) are declared in pyproject.toml.
     skip_policy.pytest_configure(config)
+    docs_summary.pytest_configure(config)
     # The package's pytest plugin (npu_device, npu_ranks) is loaded by pytest through its
     # pytest11 entry point once the package is installed (scripts/setup_env.sh). A checkout run
     # with an installation that predates the entry point gets it here; then
