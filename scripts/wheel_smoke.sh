@@ -15,7 +15,9 @@
 #      - the npu-emulate console script runs an Ascend TF1 script (tests/scripts/
 #        ascend_user_train.py: from npu_bridge.npu_init import *, NPULossScaleOptimizer, a Session
 #        loop) with the fused kernel required, and prints the loss scales worked out by hand;
-#      - pytest runs a test of that script through the plugin's npu_device fixture.
+#      - pytest runs a test of that script through the plugin's npu_device fixture;
+#      - last, with the wheel's [doctor] extra added, the doctor's HTML page is written (its
+#        template is package data).
 #
 # Any failure stops the run with a message saying what is missing. Nothing outside a temporary
 # folder is written (pip's cache excepted); the folder is removed at the end unless
@@ -107,7 +109,8 @@ tar -tzf "$sdist" > "$work/sdist.txt"
 absent="$(missing_from "$work/wheel.txt" "" npu_loss_scale)"
 [ -z "$absent" ] || fail "the wheel lacks these files of the package:"$'\n'"$absent"
 for required in npu_loss_scale/py.typed npu_loss_scale/_internal/kernels/unscale_check.cc \
-                npu_loss_scale/_npu_bridge_shim/npu_bridge/npu_init.py; do
+                npu_loss_scale/_npu_bridge_shim/npu_bridge/npu_init.py \
+                npu_loss_scale/tools/doctor/templates/report.html.j2; do
   grep -qx "$required" "$work/wheel.txt" || fail "the wheel lacks $required"
 done
 absent="$(missing_from "$work/sdist.txt" "$(basename "$sdist" .tar.gz)/" \
@@ -197,4 +200,24 @@ EOF
 grep -Eq "npu_loss_scale.*pytest_plugin" pytest.out \
   || { tail -n 40 pytest.out; fail "pytest --trace-config does not list the npu_loss_scale plugin"; }
 tail -n 1 pytest.out
+
+# last, so that every check above ran on the wheel without its optional pieces
+log "the doctor's HTML page from the wheel with its [doctor] extra (the template is package data)"
+quietly "$py" -m pip install --quiet --no-compile "$wheel[doctor]" -c "$here/requirements/test.txt"
+"$py" - <<'EOF' || fail "write_html from the installed wheel"
+import os
+import sys
+
+from npu_loss_scale.tools.doctor import html
+
+assert os.path.realpath(html.__file__).startswith(os.path.realpath(sys.prefix)), html.__file__
+steps = [{"step": 1, "loss_scale": 65536.0, "skipped": True},
+         {"step": 2, "loss_scale": 32768.0, "skipped": False}]
+html.write_html({"schema": "npu-loss-scale/doctor-report", "schema_version": 1,
+                 "outcome": "completed", "runs": {"saturation": {"steps": steps}}}, "doctor.html")
+with open("doctor.html", encoding="utf-8") as page:
+    text = page.read()
+assert text.startswith("<!DOCTYPE html>") and 'id="plot-loss-scale"' in text and "<svg" in text
+print("[wheel_smoke] doctor.html written: %d characters" % len(text))
+EOF
 log "OK: $(basename "$wheel") builds, installs and works outside the checkout"
