@@ -55,14 +55,26 @@ def _has_blocks(page):
 
 
 class Stack:
-    """What a skip directive's condition may ask about the TensorFlow the page runs on."""
+    """What a skip directive's condition may ask about the TensorFlow the page runs on (read on
+    first use: a page whose blocks are all skipped outright never imports TensorFlow)."""
 
-    def __init__(self):
+    @property
+    def tf_version(self):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        self.tf_version = tuple(int(p) for p in tf.__version__.split(".")[:2])
-        self.tf1 = self.tf_version < (2, 0)
-        self.keras3 = not self.tf1 and _keras_major() >= 3
-        self.estimator = hasattr(tf.compat.v1, "estimator") and _importable("tensorflow_estimator")
+        return tuple(int(p) for p in tf.__version__.split(".")[:2])
+
+    @property
+    def tf1(self):
+        return self.tf_version < (2, 0)
+
+    @property
+    def keras3(self):
+        return not self.tf1 and _keras_major() >= 3
+
+    @property
+    def estimator(self):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return hasattr(tf.compat.v1, "estimator") and _importable("tensorflow_estimator")
 
 
 def _keras_major():
