@@ -67,7 +67,7 @@ def matmul():
     return tf.matmul(tf.constant(X), tf.constant(W))
 
 
-# -- TF1 sessions: the config's list -----------------------------------------------------------------
+# -- TF1 sessions: the config's list ---------------------------------------------------------------
 @pytest.mark.parametrize("spec, want, flagged", [
     (None, F16_MAX, True),                                           # MatMul is white: lowered
     ({}, F16_MAX, True),                                             # an empty list changes nothing
@@ -176,7 +176,7 @@ def test_npu_run_config_puts_modify_mixlist_into_the_session_config(lists, graph
         NPURunConfig(modify_mixlist=3)
 
 
-# -- bad lists ---------------------------------------------------------------------------------------
+# -- bad lists -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("content, match", [
     ("not json", r"is not JSON .*black-list, white-list, gray-list"),
     ("[]", r"must hold a JSON object with the keys 'black-list', .*got list"),
@@ -218,7 +218,7 @@ def test_an_op_type_the_emulation_does_not_know_is_warned_once_by_name(lists):
         assert mixlist.lowered({"NoSuchAscendOpX"}) == frozenset()
 
 
-# -- TF2 code ----------------------------------------------------------------------------------------
+# -- TF2 code --------------------------------------------------------------------------------------
 def eager_matmul():
     return float(tf.matmul(tf.constant(X), tf.constant(W))[0, 0])
 
@@ -269,7 +269,7 @@ def test_npu_device_global_options_modify_mixlist_applies_at_open(lists, tmp_pat
         precision.uninstall_op_precision()
 
 
-# -- npu-emulate --modify-mixlist ----------------------------------------------------------------------
+# -- npu-emulate --modify-mixlist ------------------------------------------------------------------
 def test_emulate_refuses_a_bad_file_before_the_script_starts(tmp_path, capsys):
     from npu_loss_scale.cli import emulate_args  # pylint: disable=import-outside-toplevel
     path = write(tmp_path, '{"white": {}}')

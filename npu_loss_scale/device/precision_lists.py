@@ -39,9 +39,10 @@ import warnings
 from npu_loss_scale._internal.messages import NpuLossScaleWarning
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 
-__all__ = ["ASCEND_TO_TF", "ascend_op_type", "MIXLIST_MODES", "ENV_VAR", "ModifyMixlist", "ModifyMixlistWarning",
-           "load_modify_mixlist", "set_modify_mixlist", "default_modify_mixlist",
-           "modify_mixlist_of", "npu_parameter", "lowered_types", "keeps_dtype", "KEEP_DTYPE_ATTR"]
+__all__ = ["ASCEND_TO_TF", "ascend_op_type", "MIXLIST_MODES", "ENV_VAR", "ModifyMixlist",
+           "ModifyMixlistWarning", "load_modify_mixlist", "set_modify_mixlist",
+           "default_modify_mixlist", "modify_mixlist_of", "npu_parameter", "lowered_types",
+           "keeps_dtype", "KEEP_DTYPE_ATTR"]
 
 #: The modes that consult the lists (the others lower what they lower whatever a list says).
 MIXLIST_MODES = ("allow_mix_precision", "allow_mix_precision_fp16", "allow_mix_precision_bf16")
