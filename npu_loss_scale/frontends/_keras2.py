@@ -93,6 +93,9 @@ def build(doc, module):
         def get_unscaled_gradients(self, grads):
             """Keras's, with the package's unscaling: exact at every scale, 2**127 included
             (Keras 2 multiplies by a reciprocal that flushes to zero above 2**126)."""
+            # Keras's protocol: apply_gradients warns "You forgot to call
+            # get_unscaled_gradients()" unless this flag, which Keras's own method sets, is set.
+            self._gradients_have_been_unscaled = True
             reciprocal = Reciprocal.of(self.loss_scale)
             return [None if g is None else unscale_gradient(g, reciprocal) for g in grads]
 
