@@ -21,6 +21,7 @@ import tensorflow as tf
 # nonfinite, the IEEE test of one tensor, sits with the gradient helpers of layer 0: the loss-scale
 # managers' TF LossScale.update (layer 1) uses it too.
 from npu_loss_scale._internal.gradients import floating_values, nonfinite, values_of
+from npu_loss_scale._internal.graphs import as_is
 
 
 def at_max(values):
@@ -69,6 +70,7 @@ class Unscaled:  # pylint: disable=too-few-public-methods
         self.values = values
 
 
+@as_is   # graph building only (it loads the fused kernel: Python work on files)
 def nonfinite_flag(grads, readers=None, reciprocal=None):
     """float32 scalar: 1 when some gradient holds an inf or a NaN, else 0 (None entries ignored).
 

@@ -22,6 +22,9 @@ say); float64 ones in float64 with the same two factors.
 """
 import tensorflow as tf
 
+from npu_loss_scale._internal.compat.ops import where  # 1.15's tf.where is the deprecated v1 op
+from npu_loss_scale._internal.graphs import as_is
+
 #: The largest scale whose float32 reciprocal is normal (``2**-126`` is float32's smallest).
 LARGEST_PLAIN_SCALE = 2.0 ** 126
 #: Above it, the gradient is first multiplied by ``2**-SPLIT_EXPONENT``.
@@ -46,10 +49,10 @@ class Reciprocal:
         """The factors of ``1 / loss_scale`` (a float32 scalar tensor or number)."""
         scale = tf.cast(loss_scale, tf.float32)
         split = scale > LARGEST_PLAIN_SCALE
-        first = tf.where(split, tf.constant(2.0 ** -SPLIT_EXPONENT, tf.float32),
-                         tf.constant(1.0, tf.float32))
-        second = tf.where(split, tf.constant(2.0 ** SPLIT_EXPONENT, tf.float32) / scale,
-                          tf.math.reciprocal(scale))
+        first = where(split, tf.constant(2.0 ** -SPLIT_EXPONENT, tf.float32),
+                      tf.constant(1.0, tf.float32))
+        second = where(split, tf.constant(2.0 ** SPLIT_EXPONENT, tf.float32) / scale,
+                       tf.math.reciprocal(scale))
         return cls(first, second)
 
     @classmethod
@@ -69,6 +72,7 @@ def as_reciprocal(value):
     return value if isinstance(value, Reciprocal) else Reciprocal.exact(value)
 
 
+@as_is   # graph building only (it loads the fused kernel: Python work on files)
 def unscale_values(values, reciprocal):
     """The dense tensor ``values`` times ``reciprocal`` (a :class:`Reciprocal`).
 
