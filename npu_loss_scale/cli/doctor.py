@@ -32,15 +32,12 @@ from npu_loss_scale.tools.doctor.summary import summary
 __all__ = ["main", "diagnose"]
 
 
-def _stack():
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    try:
-        import keras  # pylint: disable=import-outside-toplevel
-        keras_version = getattr(keras, "__version__", None)
-    except ImportError:
-        keras_version = None
-    return {"tensorflow": tf.__version__, "python": platform.python_version(),
-            "keras": keras_version}
+def _stack(results):
+    """The versions a run saw (the doctor itself imports no TensorFlow)."""
+    for result in results.values():
+        if result.get("stack"):
+            return result["stack"]
+    return {"tensorflow": None, "python": platform.python_version(), "keras": None}
 
 
 def _other_findings(report, results, args):
@@ -109,7 +106,7 @@ def diagnose(args, command, log=print):
         "schema": _report.SCHEMA, "schema_version": _report.SCHEMA_VERSION,
         "package_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": command, "script": script, "stack": _stack(),
+        "command": command, "script": script, "stack": _stack(results),
         "front_end": next((r["front_end"] for r in results.values() if r.get("front_end")),
                           None),
         "outcome": first["outcome"], "outcome_detail": first.get("outcome_detail", ""),
@@ -151,9 +148,13 @@ def main(argv=None, prog=doctor_args.PROG):
     """Entry point of ``npu-loss-scale doctor``; the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = doctor_args.parse(argv, prog)
-    report, paths = diagnose(args, ["npu-loss-scale", "doctor"] + argv,
-                             log=lambda text: print(text, file=sys.stderr))
-    print(summary(report, paths))
+    def log(text):
+        print(text, file=sys.stderr)
+    report, paths = diagnose(args, ["npu-loss-scale", "doctor"] + argv, log=log)
+    print(summary(report))
+    for path in paths:
+        inside = os.path.abspath(path).startswith(os.path.join(os.getcwd(), ""))
+        log("doctor: wrote %s" % (os.path.relpath(path) if inside else path))
     return 0
 
 

@@ -71,7 +71,7 @@ class _Recorder:  # pylint: disable=too-many-instance-attributes
     def write(self):
         with self.lock:
             from npu_loss_scale.device import register  # pylint: disable=import-outside-toplevel
-            body = {"outcome": self.outcome, "outcome_detail": self.detail,
+            body = {"outcome": self.outcome, "outcome_detail": self.detail, "stack": _stack(),
                     "front_end": self.front_end, "scaler": self.scaler, "steps": self.steps,
                     "sat_mode_calls": self.sat_mode_calls, "verdicts": self.verdicts,
                     "effective_sat_mode": register.get_device_sat_mode()}
@@ -104,6 +104,16 @@ class _Recorder:  # pylint: disable=too-many-instance-attributes
             if len(self.steps) >= self.steps_wanted:
                 self.limit_reached = True
             self.write()
+
+
+def _stack():
+    """The versions the run imported (TensorFlow is imported by then; Keras only if the script
+    imported it)."""
+    import platform  # pylint: disable=import-outside-toplevel
+    tf = sys.modules.get("tensorflow")
+    keras = sys.modules.get("keras")
+    return {"tensorflow": getattr(tf, "__version__", None), "python": platform.python_version(),
+            "keras": getattr(keras, "__version__", None)}
 
 
 def _site_key(op_name, direction):

@@ -1,5 +1,9 @@
 """The doctor's short terminal summary of a report (schema version 1)."""
-__all__ = ["summary"]
+import textwrap
+
+__all__ = ["summary", "WIDTH"]
+
+WIDTH = 100   # the summary's lines are wrapped to this many columns
 
 _MARK = {"error": "ERROR", "warning": "WARN", "info": "info"}
 
@@ -28,8 +32,8 @@ def _verified(finding):
         v["skipped_before"], v["skipped_after"], v["steps"])
 
 
-def summary(report, paths=()):
-    """The summary's lines as one string; ``paths`` the files written, to name at the end."""
+def summary(report):
+    """The summary's lines as one string."""
     lines = ["npu-loss-scale doctor: %s (%s), %s" % (
         report["script"], report["front_end"] or "no loss-scale optimizer seen",
         report["outcome"])]
@@ -42,10 +46,11 @@ def summary(report, paths=()):
     lines.append("  %d overflow site(s), %d harmful in some mode" % (len(report["sites"]),
                                                                       harmful))
     for finding in report["findings"]:
-        lines.append("  %-5s %s%s" % (_MARK.get(finding["severity"], finding["severity"]),
-                                      finding["title"], _verified(finding)))
+        lines.append(textwrap.fill(
+            finding["title"] + _verified(finding), WIDTH, subsequent_indent=" " * 8,
+            initial_indent="  %-5s " % _MARK.get(finding["severity"], finding["severity"])))
         if finding.get("fix"):
-            lines.append("        fix: %s" % finding["fix"]["description"])
-    for path in paths:
-        lines.append("  wrote %s" % path)
+            lines.append(textwrap.fill(finding["fix"]["description"], WIDTH,
+                                       initial_indent="        fix: ",
+                                       subsequent_indent=" " * 13))
     return "\n".join(lines)

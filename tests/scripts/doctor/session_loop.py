@@ -1,4 +1,4 @@
-"""The Session loop every doctor known-answer script shares, written as Ascend's TF1 scripts are:
+"""The Session loop the doctor's known-answer scripts share, written as Ascend's TF1 scripts are:
 ``from npu_bridge.npu_init import *``, an ``ExponentialUpdateLossScaleManager`` and an
 ``NPULossScaleOptimizer`` around plain SGD, a feed per step, the loss printed."""
 import argparse
