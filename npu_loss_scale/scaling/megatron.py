@@ -47,10 +47,10 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import state_io as _state_io
-from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale._internal.messages import LossScaleStuckWarning, warn_when_run
 from npu_loss_scale.scaling.base import LOSS_SCALE_TENSOR_NAME, LossScaleManager
 from npu_loss_scale.scaling.found_inf import dispatching_update, found_inf_flag
+from npu_loss_scale.scaling.megatron_rule import dynamic_update
 
 STUCK_MESSAGE = "npu_loss_scale: loss scale stuck at its minimum"
 
@@ -349,26 +349,12 @@ class DynamicGradScaler(MegatronGradScaler):
         hyst = tf.convert_to_tensor(s["hysteresis_var"])
         at_min = tf.convert_to_tensor(s["at_min_var"])
         with tf.name_scope("megatron_scaler_update"):
-            f32 = lambda x: tf.constant(x, tf.float32)  # noqa: E731
-            i32 = lambda x: tf.constant(x, tf.int32)  # noqa: E731
-            min_scale = f32(self._min_scale)
-            ceiling = f32(self._max_scale if self._max_scale is not None
-                          else _checks.FLOAT32_MAX)
-            # overflowed step
-            hyst_spent = hyst - 1
-            backed_off = tf.maximum(scale * f32(self._backoff_factor), min_scale)
-            scale_if_inf = where(hyst_spent <= 0, backed_off, scale)
-            # finite step
-            growth_next = growth + 1
-            grow = growth_next >= self._growth_interval
-            grown = tf.minimum(scale * f32(self._growth_factor), ceiling)
-            hyst_if_finite = i32(self._hysteresis) if self._consecutive else hyst
-            new_scale = where(overflow, scale_if_inf, where(grow, grown, scale))
-            new_growth = where(overflow, i32(0), where(grow, i32(0), growth_next))
-            new_hyst = where(overflow, hyst_spent,
-                                where(grow, i32(self._hysteresis), hyst_if_finite))
-            stuck_now = tf.logical_and(overflow, scale <= min_scale)
-            new_at_min = where(stuck_now, at_min + 1, i32(0))
+            new_scale, new_growth, new_hyst, new_at_min, stuck_now = dynamic_update(
+                overflow, scale, growth, hyst, at_min, min_scale=self._min_scale,
+                ceiling=self._max_scale if self._max_scale is not None else _checks.FLOAT32_MAX,
+                growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
+                growth_interval=self._growth_interval, hysteresis=self._hysteresis,
+                consecutive=self._consecutive)
             assigns = [s["scale_var"].assign(new_scale), s["growth_var"].assign(new_growth),
                        s["hysteresis_var"].assign(new_hyst), s["at_min_var"].assign(new_at_min)]
             with tf.control_dependencies(assigns):
