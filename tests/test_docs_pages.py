@@ -135,3 +135,10 @@ def test_a_file_block_is_written_and_a_test_file_is_run(tmp_path, monkeypatch):
     assert (tmp_path / "helper.py").read_text(encoding="utf-8").startswith("# helper.py")
     with pytest.raises(AssertionError, match="line 6: pytest test_helper.py failed"):
         _run_page(tmp_path, monkeypatch, text % 4)
+
+
+def test_a_doctest_block_compares_its_output(tmp_path, monkeypatch):
+    text = "```python\n>>> x = 6\n>>> x * 7\n%s\n```\n"
+    assert _run_page(tmp_path, monkeypatch, text % "42").ran == [(2, "doctest"), (3, "doctest")]
+    with pytest.raises(AssertionError, match="Expected:\n    41\nGot:\n    42"):
+        _run_page(tmp_path, monkeypatch, text % "41")
