@@ -5,7 +5,7 @@ build no loss-scale optimizer or are stopped.
 
 Every expected number is worked out here from the script, not read from the doctor. Each doctor
 run starts one process per overflow mode and per verified fix, so the runs are shared by module
-fixtures: 11 processes in all."""
+fixtures: 15 processes in all."""
 import json
 import os
 import signal
@@ -16,6 +16,7 @@ import time
 import pytest
 
 from npu_loss_scale.pytest_plugin import assert_no_harmful_overflow, run_doctor
+from tf_versions import tf2_only
 
 pytestmark = pytest.mark.slow
 
@@ -137,6 +138,49 @@ def test_a_start_at_2_to_the_32_wastes_17_steps_and_the_advised_scale_none(waste
         assert finding["verified"]["skipped_before"] == 17
         assert finding["verified"]["skipped_after"] == 0
         assert finding["verified"]["loss_scale_after"][0] == 2.0 ** 15
+
+
+def test_a_scale_pinned_at_its_minimum_and_the_op_kept_in_float32_by_modify_mixlist(
+        tmp_path_factory):
+    # allow_mix_precision runs the matmul in float16: 300 * 300 * 2 = 180000 > 65504 at every
+    # scale, so every step skips and the scale halves from 8 to Ascend's minimum, 1
+    report = _doctor(tmp_path_factory, "pinned_at_minimum", steps=6, modes="saturation",
+                     precision_mode="allow_mix_precision")
+    steps = report["runs"]["saturation"]["steps"]
+    assert [s["loss_scale"] for s in steps] == [8.0, 4.0, 2.0, 1.0, 1.0, 1.0]
+    assert all(s["skipped"] for s in steps)
+    assert _finding(report, "scale_pinned_at_minimum")["severity"] == "error"
+    [site] = [s for s in report["sites"] if s["op_name"].startswith("dense/MatMul_precision/")]
+    assert site["rounded_op"] == {"op_name": "dense/MatMul", "op_type": "MatMul"}
+    assert site["max_magnitude"] == 180000.0
+    harmful = _finding(report, "harmful_overflow")
+    assert harmful["fix"]["kind"] == "keep_fp32"
+    assert harmful["fix"]["modify_mixlist"] == {"black-list": {"to-add": ["MatMul"]}}
+    assert harmful["verified"]["skipped_before"] == 6
+    assert harmful["verified"]["skipped_after"] == 0
+    assert harmful["verified"]["loss_scale_after"] == [8.0] * 6
+
+
+def test_a_clean_script_gets_the_clean_finding_only(tmp_path_factory):
+    report = _doctor(tmp_path_factory, "clean", steps=3, modes="saturation", verify=False)
+    assert report["sites"] == []
+    assert [s["skipped"] for s in report["runs"]["saturation"]["steps"]] == [False] * 3
+    assert report["findings"][0]["kind"] == "clean"
+    assert not [f for f in report["findings"] if f["severity"] != "info"]
+    assert_no_harmful_overflow(report)
+
+
+@tf2_only
+def test_an_eager_grad_scaler_loop_has_its_steps_recorded(tmp_path_factory):
+    report = _doctor(tmp_path_factory, "grad_scaler_eager", steps=4, modes="saturation",
+                     verify=False)
+    assert report["front_end"] == "GradScaler" and report["scaler"]["kind"] == "grad_scaler"
+    steps = report["runs"]["saturation"]["steps"]
+    # the gradient is the scale in float16: inf from 2**16 = 65536 > 65504, finite at 2**15
+    assert [s["loss_scale"] for s in steps] == [2.0 ** 18, 2.0 ** 17, 2.0 ** 16, 2.0 ** 15]
+    assert [s["skipped"] for s in steps] == [True, True, True, False]
+    assert [s["next_loss_scale"] for s in steps] == [2.0 ** 17, 2.0 ** 16, 2.0 ** 15, 2.0 ** 15]
+    assert not [f for f in report["findings"] if f["kind"] == "clean"]
 
 
 def test_the_report_file_is_the_report_in_standard_json(wasted):

@@ -120,10 +120,10 @@ def diagnose(args, command, log=print):
     report["findings"].extend(others)
     report["mode"] = mode or _default_mode(results, args)
     if not report["sites"] and first["outcome"] in ("completed", "step_limit") and not any(
-            f["severity"] in ("error", "warning") for f in report["findings"]):
+            run["skipped_steps"] for run in runs.values()):
         report["findings"].insert(0, {
             "id": "clean", "kind": "clean", "severity": "info",
-            "title": "no overflow in %d steps" % len(first["steps"]),
+            "title": "no overflow and no skipped step in %d steps" % len(first["steps"]),
             "evidence": "; ".join("%s mode: %d steps, none skipped" % (m, len(r["steps"]))
                                   for m, r in runs.items()),
             "site": None, "fix": None, "verified": None})
