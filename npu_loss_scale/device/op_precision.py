@@ -13,7 +13,7 @@ from npu_loss_scale._internal.compat import tape
 from npu_loss_scale._internal.compat.scripts import NATIVE_TF1
 from npu_loss_scale.device import precision_lists
 from npu_loss_scale.device.precision_rules import RULES, check_precision_mode, handled_ops, \
-    round_to
+    rewrite_counters, round_operand, round_to
 
 __all__ = ["install_op_precision", "uninstall_op_precision", "op_precision_mode", "op_precision"]
 
@@ -56,14 +56,15 @@ def _built_op(op, outputs, rule):
     if not floats and not any(t.dtype == tf.float32 for t in outputs):
         return outputs
     with _Guard(), graph.as_default(), graph.name_scope(op.name + "_precision/"):
-        for i in floats:
-            op._update_input(i, round_to(op.inputs[i], rule.operand, saturate=True))  # pylint: disable=protected-access
+        for i in floats:   # a rounded value (a gradient op reading its forward op's) as it is
+            op._update_input(i, round_operand(op.inputs[i], rule.operand))  # pylint: disable=protected-access
         if rule.result is not None:
             outputs = [round_to(t, rule.result, saturate=True) if t.dtype == tf.float32 else t
                        for t in outputs]
     with handled_ops(graph) as done:
         done.add(op.name)   # a session's rewrite leaves it alone
     rule.rewritten += 1
+    rewrite_counters.traced_ops += 1
     return list(outputs)
 
 
@@ -77,6 +78,7 @@ def _run_op(run, op_name, num_outputs, inputs, attrs, ctx, name, rule):
             outputs = [round_to(t, rule.result, saturate=True) if t.dtype == tf.float32 else t
                        for t in outputs]
     rule.rewritten += 1
+    rewrite_counters.eager_ops += 1
     return outputs
 
 

@@ -57,7 +57,7 @@ from npu_loss_scale.device.op_precision import install_op_precision, op_precisio
 from npu_loss_scale.device import precision_lists
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 from npu_loss_scale.device.precision_rules import CUBE_OPS, FORCE_FP16_OPS, RULES, \
-    check_precision_mode, handled_ops, round_to
+    check_precision_mode, handled_ops, rewrite_counters, round_operand, round_to
 
 
 def precision_mode_of(config):
@@ -85,6 +85,7 @@ def apply_precision_mode(graph, mode, modify_mixlist=None):
     if not op_types:
         return 0
     with handled_ops(graph) as done:
+        rewrite_counters.scans += 1
         existing = graph.get_operations()
         todo = [op for op in existing if op.type in op_types and op.name not in done
                 and not precision_lists.keeps_dtype(op)]
@@ -95,10 +96,13 @@ def apply_precision_mode(graph, mode, modify_mixlist=None):
             graph._unsafe_unfinalize()  # pylint: disable=protected-access
         try:
             count = 0
+            rounded = {}
             for op in todo:
                 done.add(op.name)
-                if _rewrite(graph, op, operand_dtype, result_dtype):
+                if _rewrite(graph, op, operand_dtype, result_dtype, rounded):
                     count += 1
+            rewrite_counters.rewrites += 1
+            rewrite_counters.rewritten_ops += count
         finally:
             # the ops the rewrites added (casts, saturation) are never rewritten in their turn;
             # found once per call, not once per rewritten op: a large graph (tens of thousands of
@@ -110,7 +114,11 @@ def apply_precision_mode(graph, mode, modify_mixlist=None):
     return count
 
 
-def _rewrite(graph, op, operand_dtype, result_dtype):
+def _rewrite(graph, op, operand_dtype, result_dtype, rounded):
+    """Rounds ``op``'s float32 operands and results. ``rounded``: the roundings made in this call
+    of :func:`apply_precision_mode` (one graph, one mode), shared by the ops that read the same
+    value (a forward convolution and its filter gradient read the same activation, the two
+    gradients of a convolution the same incoming gradient; see ``round_operand``)."""
     floats = [i for i, t in enumerate(op.inputs) if t.dtype == tf.float32]
     outputs = [t for t in op.outputs if t.dtype == tf.float32]
     if not floats and not outputs:
@@ -121,7 +129,7 @@ def _rewrite(graph, op, operand_dtype, result_dtype):
     try:
         with graph.as_default(), tf.name_scope(op.name + "_precision"):
             for i in floats:
-                op._update_input(i, round_to(op.inputs[i], operand_dtype, saturate=True))  # pylint: disable=protected-access
+                op._update_input(i, round_operand(op.inputs[i], operand_dtype, rounded))  # pylint: disable=protected-access
             if result_dtype is not None:
                 for out in outputs:
                     consumers = [(c, j) for c in out.consumers()
@@ -201,5 +209,5 @@ __all__ = [
     "CUBE_OPS", "FORCE_FP16_OPS", "PRECISION_MODES", "check_precision_mode", "precision_mode_of",
     "apply_precision_mode", "set_default_precision_mode", "install_session_hook",
     "uninstall_session_hook", "install_op_precision", "uninstall_op_precision",
-    "op_precision_mode", "op_precision",
+    "op_precision_mode", "op_precision", "rewrite_counters",
 ]

@@ -9,11 +9,12 @@ import weakref
 
 import tensorflow as tf
 
+from npu_loss_scale.device import localisation
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 
 __all__ = ["CUBE_OPS", "FORCE_FP16_OPS", "RULES", "check_precision_mode", "round_to",
-           "handled_ops"]
+           "round_operand", "handled_ops", "rewrite_counters"]
 
 CUBE_OPS = frozenset([
     "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv2DBackpropInput",
@@ -41,6 +42,28 @@ RULES = {
     "force_lowerprecision": (CUBE_OPS, tf.float16, tf.float16),
 }
 
+class _Counters:
+    """How often the emulation applied a precision mode, process-wide (for tests and the
+    benchmark: a training step after the first must add to none of them).
+
+    ``scans``: walks of a session's graph for ops to rewrite; ``rewrites``: those that rewrote
+    some; ``rewritten_ops``: ops a session's rewrite rounded; ``traced_ops``: ops rounded as
+    built in a function graph; ``eager_ops``: ops rounded as run eagerly.
+    """
+
+    NAMES = ("scans", "rewrites", "rewritten_ops", "traced_ops", "eager_ops")
+
+    def __init__(self):
+        for name in self.NAMES:
+            setattr(self, name, 0)
+
+    def snapshot(self):
+        """The counts now, as a dict."""
+        return {name: getattr(self, name) for name in self.NAMES}
+
+
+rewrite_counters = _Counters()
+
 _lock = threading.Lock()
 _done = weakref.WeakKeyDictionary()   # graph -> set of op names already handled
 
@@ -55,13 +78,54 @@ def check_precision_mode(value, name="precision_mode"):
     return value
 
 
+_rounded = weakref.WeakKeyDictionary()   # graph -> {tensor ref: the dtype it is a rounding to}
+_rounded_lock = threading.Lock()   # not _lock: rewrites round operands while holding that one
+
+
+def _ref(tensor):
+    return tensor.ref() if hasattr(tensor, "ref") else tensor.experimental_ref()
+
+
+def _may_reuse():
+    """True when a rounding may serve another reader, or be taken as already rounded: in
+    saturation mode on the emulation (a saturated rounding is finite and in range, so rounding it
+    again changes no value and sets no register word), without overflow localisation (which
+    notes a site per rounding: one rounding less would be one note less)."""
+    return (not localisation.enabled() and not emulation.is_inf_nan_enabled()
+            and emulation._device_plugin() is None)  # pylint: disable=protected-access
+
+
 def round_to(tensor, dtype, saturate):
     """``tensor`` rounded to ``dtype`` (saturated through the emulated register when ``saturate``
     and the dtype is float16), handed back in its own dtype."""
     low = tf.cast(tensor, dtype)
     if saturate and dtype == tf.float16:
         low = emulation.saturate(low)
-    return tf.cast(low, tensor.dtype)
+    out = tf.cast(low, tensor.dtype)
+    if saturate and not tf.executing_eagerly() and _may_reuse():
+        with _rounded_lock:
+            _rounded.setdefault(out.graph, {})[_ref(out)] = dtype
+    return out
+
+
+def round_operand(tensor, dtype, shared=None):
+    """``tensor`` as an operand rounded to ``dtype`` with saturation: ``tensor`` itself when it is
+    already such a rounding (a cube op reading another's rounded result, or a gradient op reading
+    the rounded operand of its forward op), else a new :func:`round_to`, or — with ``shared``,
+    a dict the caller keeps for one rewrite of one graph in one mode — the rounding already made
+    there of the same tensor, dtype and control-flow context (one rounding per value, not one per
+    reader; the context is the graph's current one, where the rounding is built). Reuse happens only where :func:`_may_reuse` says it changes nothing."""
+    if tf.executing_eagerly() or not _may_reuse():
+        return round_to(tensor, dtype, saturate=True)
+    with _rounded_lock:
+        if _rounded.get(tensor.graph, {}).get(_ref(tensor)) == dtype:
+            return tensor
+    if shared is None:
+        return round_to(tensor, dtype, saturate=True)
+    key = (_ref(tensor), dtype, tensor.graph._get_control_flow_context())  # pylint: disable=protected-access
+    if key not in shared:
+        shared[key] = round_to(tensor, dtype, saturate=True)
+    return shared[key]
 
 
 @contextlib.contextmanager

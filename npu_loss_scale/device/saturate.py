@@ -23,11 +23,15 @@ def _saturate_values(x):
     """(saturated x, overflowed?, nan seen?) for a floating tensor, in saturation mode.
 
     A value of the tensor's own dtype that overflowed is ±inf, so clipping to ±MAX maps exactly
-    the overflowed values (and nothing else) to ±MAX.
+    the overflowed values (and nothing else) to ±MAX. The value takes three passes over ``x``
+    (``IsNan``, a select against a scalar zero, one ``ClipByValue``: ``tf.clip_by_value`` would
+    be a ``Minimum`` and a ``Maximum``, and ``zeros_like`` one more pass), the flags three
+    (``IsInf`` and two ``Any``).
     """
     big = tf.constant(x.dtype.max, x.dtype)
     nan = tf.math.is_nan(x)
-    y = tf.clip_by_value(where(nan, tf.zeros_like(x), x), -big, big)
+    y = tf.raw_ops.ClipByValue(t=where(nan, tf.constant(0, x.dtype), x),
+                               clip_value_min=-big, clip_value_max=big)
     return y, tf.reduce_any(tf.math.is_inf(x)), tf.reduce_any(nan)
 
 
