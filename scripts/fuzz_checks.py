@@ -63,7 +63,7 @@ _FLUSHES = {}
 def kernels_flush_subnormals():
     """Do the CPU kernels of the current execution mode flush a float32 result below 2**-126 to
     zero? Measured once per mode: TF 2's kernels (eager and graph) and TF 1.15's graph executor
-    do; TF 1.15's eager kernels, run on the calling thread, keep the subnormal."""
+    do; TF 1.15's eager kernels keep the subnormal."""
     eager = tf.executing_eagerly()
     if eager not in _FLUSHES:
         tiny, half = np.float32(2.0 ** -126), np.float32(0.5)

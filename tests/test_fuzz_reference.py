@@ -1,7 +1,7 @@
 """The fuzz campaign's NumPy reference computes the scaled gradients as TensorFlow's CPU kernels do:
 a float32 or bfloat16 product below float32's smallest normal number is flushed to zero where
 the kernels flush (TF 2, eager and graph; TF 1.15's graph executor) and kept where they do not
-(TF 1.15's eager kernels, run on the calling thread).
+(TF 1.15's eager kernels).
 
 Seed 11, case 6 (GradScaler, Adam, bfloat16) reached a scale of 2**-123; the gradients whose
 scaled value was subnormal came out of the tape as zero, and the reference, which kept them,
