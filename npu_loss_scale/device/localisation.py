@@ -71,7 +71,6 @@ Limits: graphs only (``tf.compat.v1`` graphs and ``tf.function``s; not XLA-compi
 functions: the read-out runs a Python function). Off: nothing is added to any graph.
 """
 import collections
-import contextlib
 import math
 import os
 import re
@@ -87,10 +86,10 @@ from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale.device.overflow_report import (  # noqa: F401  (re-exported)
     OverflowSite, SiteObservation, StepOverflowRecord, append, per_rank as _per_rank,
     read_report, report_path, set_report_path)   # _per_rank: its name here before the move
+from npu_loss_scale.device.localisation_mode import (  # noqa: F401  (re-exported)
+    ENV_VAR, OBSERVE, OFF, OVERFLOW, _initial_mode, disable, enable, enabled, get_mode,
+    localising, set_mode)   # the switch; _initial_mode: its name here before the move
 
-ENV_VAR = "NPU_LOSS_SCALE_LOCALISE"
-OFF, OVERFLOW, OBSERVE = "off", "overflow", "observe"
-_MODES = (OFF, OVERFLOW, OBSERVE)
 MAX_RECORDS = 1000   # records kept in memory (the report file keeps all of them)
 
 _lock = threading.RLock()
@@ -98,62 +97,6 @@ _SCRATCH = -1                     # key of writes with nothing to note
 _BACKWARD_SCOPE = re.compile(r"(^|/)(gradients(_\d+)?|gradient_tape)/")
 
 _as_is = _graphs.as_is
-
-
-# -- switch ------------------------------------------------------------------------------------------
-def _initial_mode():
-    raw = os.environ.get(ENV_VAR, "").strip().lower()
-    if raw in ("", "0", "off", "false"):
-        return OFF
-    if raw in ("1", "on", "true", OVERFLOW):
-        return OVERFLOW
-    if raw == OBSERVE:
-        return OBSERVE
-    raise ValueError("environment variable %s must be 0/off, 1/on/overflow or observe; got %r"
-                     % (ENV_VAR, os.environ.get(ENV_VAR)))
-
-
-_state = {"mode": _initial_mode()}
-
-
-def set_mode(mode):
-    """Sets the mode for graphs built from now on: ``"off"``, ``"overflow"`` (note overflowed
-    sites) or ``"observe"`` (note every site's magnitude on every step). Returns the previous."""
-    if mode not in _MODES:
-        raise ValueError("mode must be one of %s; got %r" % (", ".join(_MODES), mode))
-    with _lock:
-        previous, _state["mode"] = _state["mode"], mode
-    return previous
-
-
-def get_mode():
-    """The current mode: "off", "overflow" or "observe"."""
-    return _state["mode"]
-
-
-def enable():
-    """Localises overflows in graphs built from now on. Returns the previous mode."""
-    return set_mode(OVERFLOW)
-
-
-def disable():
-    """Graphs built from now on get nothing extra. Returns the previous mode."""
-    return set_mode(OFF)
-
-
-def enabled():
-    """True when graphs being built now get localisation (mode overflow or observe)."""
-    return _state["mode"] != OFF
-
-
-@contextlib.contextmanager
-def localising(mode=OVERFLOW):
-    """Context manager: localisation (``mode``) for the graphs built inside it."""
-    previous = set_mode(mode)
-    try:
-        yield
-    finally:
-        set_mode(previous)
 
 
 # -- sites and their notes in the graph --------------------------------------------------------------
@@ -234,7 +177,7 @@ def note_site(source, overflowed, nan_seen=None, op_name=None, direction=None, d
     :func:`npu_loss_scale.device.register.record`. Model code with its own float16 boundaries (see
     ``examples/bert/bert_modeling.py``) calls it to take part in localisation.
     """
-    mode = _state["mode"]
+    mode = get_mode()
     if mode == OFF or tf.executing_eagerly():
         return None   # off, or eager ops run one by one (localisation is for graphs)
     source = tf.convert_to_tensor(source)
@@ -277,7 +220,7 @@ def step_boundary(status, decides_skip=True):
     ``status`` is the register words just read. Called by the emulation's register reads; the
     caller orders it like the read (same control dependencies) and makes the read wait for it.
     """
-    if _state["mode"] == OFF:
+    if get_mode() == OFF:
         return None
     table = _table()
     with tf.name_scope("overflow_sites_readout"):
@@ -295,7 +238,7 @@ def step_boundary(status, decides_skip=True):
 @_as_is
 def discard_notes():
     """Builds the clear of the site table that goes with a device clear (None when off)."""
-    if _state["mode"] == OFF:
+    if get_mode() == OFF:
         return None
     table = _table()
     keys, _ = table.export()
@@ -394,7 +337,7 @@ def enable_for_device_dump(dump_path=None, file_name="overflow_report.jsonl"):
     graphs built from now on, and (unless a report is already being written) the JSON-lines
     report written to ``dump_path/overflow_report.jsonl`` (the current folder without a path).
     Returns the report path."""
-    if _state["mode"] == OFF:
+    if get_mode() == OFF:
         set_mode(OVERFLOW)
     if report_path() is None:
         set_report_path(os.path.join(dump_path or os.curdir, file_name))
