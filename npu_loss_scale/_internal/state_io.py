@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale._internal.compat.ops import where
 
 _CACHE_ATTR = "_npu_loss_scale_state_io_cache"
 
@@ -189,7 +190,7 @@ def element_count(value):
     read from or assigned to, which a restore does not enforce."""
     flat = tf.reshape(tf.cast(value, tf.float64), [-1])
     finite = tf.math.is_finite(flat)
-    return tf.shape(tf.where(tf.logical_or(finite, tf.logical_not(finite))))[0]
+    return tf.shape(where(tf.logical_or(finite, tf.logical_not(finite))))[0]
 
 
 @_graphs.as_is   # graph building only: nothing to convert

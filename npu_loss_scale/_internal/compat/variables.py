@@ -16,6 +16,7 @@
 """
 import tensorflow as tf
 from tensorflow.python.ops import gen_array_ops, resource_variable_ops
+from tensorflow.python.util import deprecation
 
 _V1_VARIABLE = tf.Variable is tf.compat.v1.Variable
 
@@ -23,7 +24,12 @@ _V1_VARIABLE = tf.Variable is tf.compat.v1.Variable
 def Variable(*args, **kwargs):  # pylint: disable=invalid-name
     """``tf.Variable(*args, **kwargs)`` as a resource variable on every TensorFlow."""
     if _V1_VARIABLE:
-        return tf.compat.v1.Variable(*args, use_resource=True, **kwargs)
+        # 1.15's ResourceVariable passes its own deprecated ``constraint`` argument on to its
+        # base class, whose decorator then logs "calling BaseResourceVariable.__init__ with
+        # constraint is deprecated" for a call neither the package nor the user made; TensorFlow
+        # mutes its own internal calls this way (deprecation.silence), and so does this one.
+        with deprecation.silence():
+            return tf.compat.v1.Variable(*args, use_resource=True, **kwargs)
     return tf.Variable(*args, **kwargs)
 
 
