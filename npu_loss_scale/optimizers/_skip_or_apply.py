@@ -118,7 +118,18 @@ class SkipOrApply:
             with tf.control_dependencies([op]):
                 return tf.constant(True)
 
-        return section.execute(update, exclusive_resource_access=False)
+        # TensorFlow records each execution in the graph's collection "critical_section_executions"
+        # so that another critical section cannot take exclusive access to the same resources.
+        # A MetaGraph cannot hold those records: every Saver or Estimator checkpoint of a TF1
+        # graph logged "Issue encountered when serializing critical_section_executions". The
+        # section guards the manager's own variables, which no other section locks; its record
+        # is taken out again.
+        executions = tf.compat.v1.get_default_graph().get_collection_ref(
+            "critical_section_executions")
+        before = len(executions)
+        done = section.execute(update, exclusive_resource_access=False)
+        del executions[before:]
+        return done
 
     def _distributed_apply(self, distribution, grads_and_vars, global_step=None, name=None):
         """Cross-replica part of apply_gradients (reached through merge_call, as in TensorFlow)."""
