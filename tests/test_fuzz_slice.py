@@ -106,6 +106,17 @@ def test_cases_at_the_edges_and_tampered_restores_find_no_mismatch(frontend):
     assert tally.habits == (1 if frontend == "grad_scaler" else 0), out.getvalue()
 
 
+def test_a_front_end_the_stack_lacks_is_refused_naming_it_and_why(capsys):
+    name = "keras" if TF1 else "no_such_front_end"
+    with pytest.raises(SystemExit):
+        fuzz_campaign.main(["--frontends", name, "--steps", "1"])
+    err = capsys.readouterr().err
+    assert "--frontends" in err and repr(name) in err, err
+    assert "accepted" in err and ", ".join(HERE) in err, err
+    if TF1:
+        assert "needs TensorFlow 2's Keras" in err, err
+
+
 def test_cases_are_reproducible_from_seed_and_index():
     assert fuzz_campaign.make_case(7, 3) == fuzz_campaign.make_case(7, 3)
     assert fuzz_campaign.make_case(7, 3) != fuzz_campaign.make_case(7, 4)
