@@ -29,7 +29,7 @@ import tensorflow as tf
 
 import npu_loss_scale as nls
 from npu_loss_scale.detection import backends as detection
-from npu_loss_scale.cli import emulate
+from npu_loss_scale.cli import doctor, emulate
 from npu_loss_scale.device import register as emulation
 from npu_loss_scale.device import precision_lists, saturation
 from tf_versions import TF1, TF2_ONLY_REASON
@@ -605,6 +605,31 @@ def b_cli(argv, code=2, stderr=None):
     return build
 
 
+def b_doctor(argv, stderr):
+    """``npu-loss-scale doctor`` (``doctor.main(argv)``) in this process, refused before any
+    script starts: exit status 2 and stderr matching ``stderr``. ``{tmp}`` in ``argv`` is the
+    case's temporary folder, ``{file}`` a file made there (a report folder that cannot be made);
+    nothing is written into the folder."""
+    def build(ctx):
+        def trigger():
+            blocker = os.path.join(str(ctx.tmp), "a_file")
+            with open(blocker, "w", encoding="utf-8") as out:
+                out.write("not a folder")
+            words = [a.replace("{file}", blocker).replace("{tmp}", str(ctx.tmp)) for a in argv]
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                try:
+                    status = doctor.main(words)
+                except SystemExit as exit_:
+                    status = exit_.code
+            assert status == 2, (status, err.getvalue())
+            assert re.search(stderr, err.getvalue()), err.getvalue()
+            assert sorted(os.listdir(str(ctx.tmp))) == ["a_file"]
+        return trigger
+    build.stderr_match = stderr
+    return build
+
+
 def b_cli_missing_module(ctx):
     def trigger():
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -632,6 +657,7 @@ GS = "GradScaler(...)"
 KERAS = "keras.NpuLossScaleOptimizer(...)"
 KERAS_RESTORE = "tf.train.Checkpoint.restore, then a keras.NpuLossScaleOptimizer step"
 CLI = "python -m npu_loss_scale.emulate"
+DOCTOR = "npu-loss-scale doctor"
 NAN, INF = float("nan"), float("inf")
 
 CASES = [
@@ -1052,6 +1078,33 @@ CASES = [
          behaviour="exit status 2; stderr: '-m needs a module name to run'", graph=False),
     case("emulate-module-not-found", CLI + " -m <missing>", b_cli_missing_module,
          behaviour="exit status 1; stderr: \"No module named '<name>'\" (as `python -m`)",
+         graph=False),
+    # npu-loss-scale doctor: refused before the script starts
+    case("doctor-steps-zero", DOCTOR,
+         b_doctor(["--out", "{tmp}/out", "--steps", "0", "x.py"],
+                  stderr=r"argument --steps: must be an int >= 1 \(the number of loss-scale "
+                         r"steps to run\); got 0"),
+         behaviour="exit status 2; stderr: 'argument --steps: must be an int >= 1 (...); got 0'",
+         graph=False),
+    case("doctor-modes-unknown", DOCTOR,
+         b_doctor(["--out", "{tmp}/out", "--modes", "fp16", "x.py"],
+                  stderr=r"argument --modes: invalid value 'fp16': a comma-separated list of "
+                         r"distinct modes from saturation, inf_nan"),
+         behaviour="exit status 2; stderr: \"argument --modes: invalid value 'fp16': a "
+                   "comma-separated list of distinct modes from saturation, inf_nan ...\"",
+         graph=False),
+    case("doctor-script-not-found", DOCTOR,
+         b_doctor(["--out", "{tmp}/out", "no_such_script_for_npu_loss_scale.py"],
+                  stderr=r"no such script: 'no_such_script_for_npu_loss_scale\.py' \(give a "
+                         r"Python file, or -m and a module name\)"),
+         behaviour="exit status 2; stderr: \"no such script: '<path>' (give a Python file, or "
+                   "-m and a module name)\"", graph=False),
+    case("doctor-out-not-writable", DOCTOR,
+         b_doctor(["--out", "{file}/report", __file__],
+                  stderr=r"--out must be a folder the report can be written to; '.*a_file/report' "
+                         r"cannot be written"),
+         behaviour="exit status 2, before the script starts; stderr: \"--out must be a folder "
+                   "the report can be written to; '<path>' cannot be written (...)\"",
          graph=False),
 ]
 
