@@ -240,7 +240,7 @@ def test_tf2_ops_follow_the_list_eagerly_and_in_functions(lists):
 
 
 @tf2_only
-def test_keep_dtype_scope_in_a_tf_function(lists):
+def test_keep_dtype_scope_in_a_tf_function_and_eagerly(lists):
     from npu_bridge.estimator.npu import npu_scope  # pylint: disable=import-outside-toplevel
 
     @tf.function
@@ -253,6 +253,9 @@ def test_keep_dtype_scope_in_a_tf_function(lists):
     try:
         precision.install_op_precision("allow_mix_precision")
         assert [float(v) for v in two()] == [90001.0, F16_MAX]
+        with npu_scope.keep_dtype_scope():      # ops run eagerly inside: no node, kept too
+            assert eager_matmul() == 90001.0
+        assert eager_matmul() == F16_MAX
     finally:
         precision.uninstall_op_precision()
 

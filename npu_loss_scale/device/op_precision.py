@@ -46,7 +46,9 @@ class _Guard:
 
 
 def _guarded():
-    return getattr(_op_guard, "depth", 0) > 0
+    """Whether this thread's ops are left as built: while it builds a rounding, or inside
+    ``keep_dtype_scope()`` (:func:`~npu_loss_scale.device.precision_lists.keeping_dtype`)."""
+    return getattr(_op_guard, "depth", 0) > 0 or precision_lists.keeping_dtype_now()
 
 
 def _built_op(op, outputs, rule):

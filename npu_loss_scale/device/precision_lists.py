@@ -27,10 +27,12 @@ the environment variable ``NPU_LOSS_SCALE_MODIFY_MIXLIST``.
 
 ``npu_scope.keep_dtype_scope()`` marks the ops built inside it with the node attribute
 ``_keep_dtype``, as the device's adapter does; :func:`keeps_dtype` tells the TF1 rewrite and the
-TF2 op rounding to leave them as built, whatever the mode.
+TF2 op rounding to leave them as built, whatever the mode; ops run eagerly inside it (no node to
+mark) are left alone too (:func:`keeping_dtype`).
 
 Importing this module needs no TensorFlow.
 """
+import contextlib
 import json
 import os
 import threading
@@ -42,7 +44,7 @@ from npu_loss_scale.device.precision_modes import PRECISION_MODES
 __all__ = ["ASCEND_TO_TF", "ascend_op_type", "MIXLIST_MODES", "ENV_VAR", "ModifyMixlist",
            "ModifyMixlistWarning", "load_modify_mixlist", "set_modify_mixlist",
            "default_modify_mixlist", "modify_mixlist_of", "npu_parameter", "lowered_types",
-           "keeps_dtype", "KEEP_DTYPE_ATTR"]
+           "keeps_dtype", "keeping_dtype", "keeping_dtype_now", "KEEP_DTYPE_ATTR"]
 
 #: The modes that consult the lists (the others lower what they lower whatever a list says).
 MIXLIST_MODES = ("allow_mix_precision", "allow_mix_precision_fp16", "allow_mix_precision_bf16")
@@ -294,6 +296,25 @@ def lowered_types(mode, mode_types, mixlist):
     if mixlist is None or mode not in MIXLIST_MODES:
         return frozenset(mode_types)
     return mixlist.lowered(mode_types)
+
+
+_keeping = threading.local()
+
+
+@contextlib.contextmanager
+def keeping_dtype():
+    """Context manager: ops this thread runs eagerly inside (which have no node to mark) keep
+    their dtype too; ``keep_dtype_scope()`` enters it beside marking the nodes it builds."""
+    _keeping.depth = getattr(_keeping, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _keeping.depth -= 1
+
+
+def keeping_dtype_now():
+    """Whether this thread is inside :func:`keeping_dtype`."""
+    return getattr(_keeping, "depth", 0) > 0
 
 
 def keeps_dtype(op):

@@ -11,6 +11,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from npu_bridge._shim import module_getattr as _module_getattr
+from npu_loss_scale.device import precision_lists
 
 
 @contextlib.contextmanager
@@ -26,10 +27,13 @@ def without_npu_compile_scope():
     return _attr_scope(_without_npu_compile={"b": True})
 
 
+@contextlib.contextmanager
 def keep_dtype_scope():
     """Ops built inside keep their dtype under ``precision_mode``: recorded as ``_keep_dtype``,
-    which the CPU precision emulation honours (:mod:`npu_loss_scale.device.precision_lists`)."""
-    return _attr_scope(_keep_dtype={"i": 1})
+    which the CPU precision emulation honours, as it does for the ops run eagerly inside
+    (:mod:`npu_loss_scale.device.precision_lists`)."""
+    with _attr_scope(_keep_dtype={"i": 1}), precision_lists.keeping_dtype():
+        yield
 
 
 def npu_variable_scope(placement=None):
