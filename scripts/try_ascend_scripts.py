@@ -349,8 +349,13 @@ def in_mount_namespace(cmd, fixed, cwd=None):
             "sh"] + list(cmd)
 
 
-def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, native_tf1=False):
-    """Runs one script; ``native_tf1``: ``python`` has TensorFlow 1.x (no ``--tf1`` then)."""
+def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, native_tf1=False,
+            launcher=None):
+    """Runs one script; ``native_tf1``: ``python`` has TensorFlow 1.x (no ``--tf1`` then).
+
+    ``launcher``: the arguments after ``python`` that run the script, ``--tf1`` and the script
+    coming after them (default ``-m npu_loss_scale.emulate --report <work>/report.json``;
+    ``scripts/doctor_ascend_scripts.py`` gives the doctor's)."""
     model = survey.model_dir(script, corpus)
     tf1 = not uses_npu_device(model)
     data = make_synthetic_data(os.path.join(work, "data"))
@@ -374,7 +379,9 @@ def run_one(corpus, script, extra_args, python, timeout, work, recipe=None, nati
             cwd = ctx.work
     args += list(extra_args)
     tf1 = tf1 and not native_tf1
-    cmd = [python, "-m", "npu_loss_scale.emulate", "--report", report] + (["--tf1"] if tf1 else [])
+    if launcher is None:
+        launcher = ["-m", "npu_loss_scale.emulate", "--report", report]
+    cmd = [python] + list(launcher) + (["--tf1"] if tf1 else [])
     cmd += [script] + args
     env = dict(os.environ)
     for name, value in _SET_BY_TF_IMPORT.items():
@@ -441,8 +448,8 @@ def trained(result):
     return result["outcome"].startswith("trained")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+def add_arguments(parser):
+    """The command line's arguments (``scripts/doctor_ascend_scripts.py`` shares them)."""
     parser.add_argument("corpus", metavar="CORPUS_DIR", help="folder of Ascend scripts")
     parser.add_argument("--sample", type=int, default=20, help="model directories to sample")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample")
@@ -465,7 +472,11 @@ def main(argv=None):
     parser.add_argument("--no-recipes", action="store_true",
                         help="generic arguments and data only, even where scripts/ascend_recipes "
                              "has a recipe for the model directory")
-    args = parser.parse_args(argv)
+
+
+def selected_jobs(parser, args):
+    """Checks the arguments and prints the selection: (corpus, TensorFlow version, jobs), each job
+    ``(script, extra arguments, recipe or None)``; ``parser.error`` on a bad value."""
     if not os.path.isdir(args.corpus):
         parser.error("CORPUS_DIR must be an existing folder; got %r" % args.corpus)
     if args.sample < 1:
@@ -517,10 +528,18 @@ def main(argv=None):
         for script, extra, recipe in jobs:
             print("  " + " ".join([os.path.relpath(script, corpus)] + extra)
                   + ("  [recipe %s]" % os.path.basename(recipe.__file__) if recipe else ""))
-        return 0
-    print("TensorFlow %s (%s)%s" % (version, args.python,
-                                    ": scripts run without --tf1" if native_tf1 else ""))
-    work_root = args.keep or tempfile.mkdtemp(prefix="try_ascend_")
+    else:
+        print("TensorFlow %s (%s)%s" % (version, args.python,
+                                        ": scripts run without --tf1" if native_tf1 else ""))
+    return corpus, version, jobs
+
+
+def run_jobs(args, corpus, version, jobs, work_root, launcher=None, report=None):
+    """Runs the jobs (``args.jobs`` at once) in numbered folders of ``work_root``; ``launcher``
+    as :func:`run_one`'s for every script (a function of the script's folder); ``report(i,
+    result)`` is called as each ends, in order. Returns the results."""
+    native_tf1 = version.startswith("1.")
+    report = report or _print_result
     results = [None] * len(jobs)
 
     def work_dir(i):
@@ -529,20 +548,34 @@ def main(argv=None):
         os.makedirs(path)
         return path
 
+    def one(i, script, extra, recipe):
+        work = work_dir(i)
+        return run_one(corpus, script, extra, args.python, args.timeout, work, recipe,
+                       native_tf1, launcher(work) if launcher else None)
+
     if args.jobs == 1:
         for i, (script, extra, recipe) in enumerate(jobs):
-            results[i] = run_one(corpus, script, extra, args.python, args.timeout, work_dir(i),
-                                 recipe, native_tf1)
-            _print_result(i, results[i])
+            results[i] = one(i, script, extra, recipe)
+            report(i, results[i])
     else:
         from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
         with ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(run_one, corpus, s, e, args.python, args.timeout, work_dir(i),
-                                   r, native_tf1)
-                       for i, (s, e, r) in enumerate(jobs)]
+            futures = [pool.submit(one, i, s, e, r) for i, (s, e, r) in enumerate(jobs)]
             for i, future in enumerate(futures):
                 results[i] = future.result()
-                _print_result(i, results[i])
+                report(i, results[i])
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    corpus, version, jobs = selected_jobs(parser, args)
+    if args.dry_run:
+        return 0
+    work_root = args.keep or tempfile.mkdtemp(prefix="try_ascend_")
+    results = run_jobs(args, corpus, version, jobs, work_root)
     if args.keep:
         for i, result in enumerate(results):
             with open(os.path.join(work_root, "%02d" % i, "stderr.txt"), "w",
