@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from npu_loss_scale.device import precision, precision_lists
 from npu_loss_scale.device import register as emulation
-from tf_versions import TF1, npu_device_only, tf2_only
+from tf_versions import TF1, estimator_only, npu_device_only, tf2_only
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "ascend_mixlist_session.py")
@@ -156,15 +156,7 @@ def test_the_process_wide_list_applies_to_sessions_whose_config_names_none(
     assert run_session([y2], session_config("allow_mix_precision"))[0] == [90001.0]
 
 
-def _estimator_available():
-    try:
-        return hasattr(tf.compat.v1.estimator, "RunConfig")
-    except (ImportError, AttributeError):
-        return False
-
-
-@pytest.mark.skipif(not _estimator_available(),
-                    reason="TensorFlow's estimator is absent (removed after 2.15)")
+@estimator_only
 def test_npu_run_config_puts_modify_mixlist_into_the_session_config(lists, graph, tmp_path):
     from npu_bridge.npu_init import NPURunConfig  # pylint: disable=import-outside-toplevel
     path = write(tmp_path, BLACK_MATMUL)

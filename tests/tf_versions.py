@@ -90,6 +90,18 @@ tf1_names_on_tf2_only = pytest.mark.skipif(
 npu_device_only = pytest.mark.skipif(
     TF1, reason="TF 2 only: npu_device is Ascend's TF 2 adapter (TF 1.15 scripts use npu_bridge)")
 
+
+def _estimator_available():
+    try:
+        return hasattr(tf.compat.v1.estimator, "RunConfig")
+    except (ImportError, AttributeError):
+        return False
+
+
+# The Estimator API (NPURunConfig, NPUEstimator): tensorflow-estimator exists up to 2.15.
+estimator_only = pytest.mark.skipif(not _estimator_available(),
+                                    reason="TensorFlow's estimator is absent (removed after 2.15)")
+
 # TensorFlow 1.15 has only the first CollectiveReduce: no timeout, group and instance keys as
 # attributes rather than inputs (the package uses it there; this marks tests of V2's layout).
 collective_v2_only = pytest.mark.skipif(TF1, reason="CollectiveReduceV2's layout (timeout, keys "
