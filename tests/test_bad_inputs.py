@@ -929,6 +929,9 @@ CASES = [
     case("grad-scaler-load-nan-factor", GS + ".load_state_dict",
          b_grad_scaler_load(_with(scale=2.0, growth_factor=NAN)), ValueError,
          r"state_dict\['growth_factor'\] must be a finite real number > 1; got nan", graph=False),
+    case("grad-scaler-in-a-graph", GS, lambda c: lambda: nls.GradScaler(), RuntimeError,
+         r"GradScaler needs eager execution: .*tf\.compat\.v1\.enable_eager_execution\(\) .*"
+         r"In a graph, use NPULossScaleOptimizer"),
     case("grad-scaler-step-without-apply-gradients", GS + ".step", b_grad_scaler_step_no_optimizer,
          TypeError, r"optimizer must have apply_gradients .*got <object object", graph=False),
     case("optimizer-thread-not-a-scaler", "OptimizerThread(...)",
@@ -1122,6 +1125,8 @@ def _exception_name(exc):
 
 # Rows of TF 2 code (eager state_dict and tf.train.Checkpoint objects, GradScaler, Keras's
 # LossScaleOptimizer, which TF 1.15 does not have): on the tf115 stack they skip, the others run.
+# (GradScaler needs eager execution, which 1.15 switches on only at start-up: its rows that get
+# past the arguments' checks skip there; tests/test_grad_scaler_tf1.py runs it eagerly.)
 TF2_ROWS = frozenset(
     ["load-state-dict-" + k for k in ("not-a-dict", "missing-key", "unknown-key", "nan-scale",
                                        "negative-counter", "string-value")]
@@ -1129,7 +1134,8 @@ TF2_ROWS = frozenset(
        "checkpoint-object-wrong-shape"]
     + ["grad-scaler-" + k for k in ("restored-nan-scale", "checkpoint-wrong-shape",
                                      "step-after-ignored-unscale", "load-empty",
-                                     "load-nan-factor")]
+                                     "load-nan-factor", "step-without-apply-gradients")]
+    + ["optimizer-thread-max-pending-zero"]
     + ["keras-" + k for k in ("inner-not-keras", "fixed-without-scale", "initial-scale-nan",
                                "growth-steps-zero", "checkpoint-nan-scale",
                                "checkpoint-scale-below-one", "checkpoint-negative-counter",

@@ -7,6 +7,7 @@ import threading
 
 import tensorflow as tf
 
+from npu_loss_scale._internal.compat.variables import key as ref_key  # 1.15: experimental_ref
 from npu_loss_scale._internal.gradients import floating_values, values_of
 
 
@@ -87,7 +88,7 @@ class HandedOut:
         if self.tape is None:
             if tf.executing_eagerly():
                 return     # unscale_() was traced, step() is eager: update() refuses the mix
-            safe = {t.ref() for t in self.unscaled}
+            safe = {ref_key(t) for t in self.unscaled}
             offenders = [v for g, v in suspects if self._graph_reaches_scaled(values_of(g), safe)]
         elif self.tape._recording:  # pylint: disable=protected-access
             raise RuntimeError("step() after unscale_() on another thread: call "
@@ -116,11 +117,11 @@ class HandedOut:
     def _graph_reaches_scaled(self, tensor, safe):
         """Walks the ops' inputs back from ``tensor``; ``safe`` holds tensors known not to lead
         to the scaled gradients (``unscale_``'s results, then every tensor of a clean walk)."""
-        scaled = {t.ref() for t in self.scaled}
+        scaled = {ref_key(t) for t in self.scaled}
         seen, todo = set(), [tensor]
         while todo:
             t = todo.pop()
-            key = t.ref()
+            key = ref_key(t)
             if key in seen or key in safe:
                 continue
             if key in scaled:

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import staged as _staged
+from npu_loss_scale._internal.compat.ops import executing_eagerly_outside_functions
 from npu_loss_scale.frontends.scaler_iteration import Iteration
 
 # The scale's range. MIN_SCALE is float32's smallest normal number (2**-126): backing off stops
@@ -27,6 +28,20 @@ def is_tensor_like(value):
     """True for a tensor or variable (eager, graph or symbolic): a value ``scale`` multiplies and
     ``update(new_scale)`` checks as a tensor."""
     return isinstance(value, (tf.Tensor, tf.Variable)) or tf.is_tensor(value)
+
+
+# torch's protocol is eager: an iteration's bookkeeping (which optimizer was unscaled or stepped,
+# whether it overflowed, the guard against stepping on scaled gradients) happens in Python as
+# scale(), unscale_(), step() and update() run, eagerly or while a tf.function traces. A graph
+# that a Session runs again and again (TensorFlow 1.15's default) is not supported.
+GRAPH_MODE_REFUSAL = (
+    "GradScaler needs eager execution: TensorFlow 2, or tf.compat.v1.enable_eager_execution() "
+    "at the start of a TensorFlow 1.15 program; its steps then run eagerly or inside "
+    "tf.function. It was created while building a graph for a Session (TensorFlow 1.15's "
+    "default graph mode, or inside tf.Graph().as_default()), which it does not support: each "
+    "iteration's bookkeeping happens in Python as scale(), step() and update() run. In a "
+    "graph, use NPULossScaleOptimizer (or MegatronMixedPrecisionOptimizer with "
+    "DynamicGradScaler), which build the whole step as ops")
 
 
 class _PlainState:
@@ -45,6 +60,8 @@ class ScalerState(_staged.StagedChildren, tf.Module):
         growth_factor = self._check_growth_factor(growth_factor)
         backoff_factor = self._check_backoff_factor(backoff_factor)
         growth_interval = _checks.positive_int("growth_interval", growth_interval)
+        if not executing_eagerly_outside_functions():
+            raise RuntimeError(GRAPH_MODE_REFUSAL)
         py = _PlainState()
         py.enabled = enabled
         py.init_scale = init_scale
