@@ -5,7 +5,7 @@ build no loss-scale optimizer or are stopped.
 
 Every expected number is worked out here from the script, not read from the doctor. Each doctor
 run starts one process per overflow mode and per verified fix, so the runs are shared by module
-fixtures: 15 processes in all."""
+fixtures: 16 processes in all."""
 import json
 import os
 import signal
@@ -155,7 +155,8 @@ def test_a_scale_pinned_at_its_minimum_and_the_op_kept_in_float32_by_modify_mixl
     assert site["max_magnitude"] == 180000.0
     harmful = _finding(report, "harmful_overflow")
     assert harmful["fix"]["kind"] == "keep_fp32"
-    assert harmful["fix"]["modify_mixlist"] == {"black-list": {"to-add": ["MatMul"]}}
+    # Ascend's IR name for TensorFlow's MatMul, as the device's modify_mixlist names it
+    assert harmful["fix"]["modify_mixlist"] == {"black-list": {"to-add": ["MatMulV2"]}}
     assert harmful["verified"]["skipped_before"] == 6
     assert harmful["verified"]["skipped_after"] == 0
     assert harmful["verified"]["loss_scale_after"] == [8.0] * 6
@@ -168,6 +169,41 @@ def test_a_clean_script_gets_the_clean_finding_only(tmp_path_factory):
     assert report["findings"][0]["kind"] == "clean"
     assert not [f for f in report["findings"] if f["severity"] != "info"]
     assert_no_harmful_overflow(report)
+
+
+def _estimator_available():
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    try:
+        return hasattr(tf.compat.v1.estimator, "RunConfig")
+    except (ImportError, AttributeError):
+        return False
+
+
+@pytest.mark.skipif(not _estimator_available(),
+                    reason="TensorFlow's estimator is absent (removed after 2.15)")
+def test_an_estimator_scripts_steps_and_verdicts(tmp_path_factory):
+    """tests/scripts/ascend_estimator_run_config.py: NPUEstimator, precision_mode
+    allow_mix_precision from its NPURunConfig, loss = sum([[1, 1]] @ kernel)."""
+    model_dir = str(tmp_path_factory.mktemp("model_dir"))
+    report = run_doctor(os.path.join(os.path.dirname(SCRIPTS), "ascend_estimator_run_config.py"),
+                        "--model_dir", model_dir, "--iterations_per_loop", "1",
+                        "--train_steps", "20", out=str(tmp_path_factory.mktemp("estimator")),
+                        steps=3, modes="saturation", verify=False)
+    assert report["front_end"] == "Estimator" and report["outcome"] == "step_limit"
+    steps = report["runs"]["saturation"]["steps"]
+    # the kernel's gradient is the scale, rounded to float16 by the matmul: 2**17 and 2**16
+    # overflow (> 65504), 2**15 does not
+    assert [s["loss_scale"] for s in steps] == [2.0 ** 17, 2.0 ** 16, 2.0 ** 15]
+    assert [s["skipped"] for s in steps] == [True, True, False]
+    assert [s["loss"] for s in steps] == [2.0, 2.0, 2.0]
+    verdicts = {s["rounded_op"]["op_name"]: s["verdict"]["saturation"] for s in report["sites"]}
+    # dL/dkernel reaches the update; dL/dx (x is data) reaches nothing the optimizer applies
+    assert verdicts["gradients/MatMul_grad/MatMul_1"]["verdict"] == "harmful"
+    assert verdicts["gradients/MatMul_grad/MatMul"] == {
+        "verdict": "benign", "method": "reachability", "evidence": "no path from "
+        "%s to the loss or any applied gradient" % [s["op_name"] for s in report["sites"] if
+                                                    s["rounded_op"]["op_name"] ==
+                                                    "gradients/MatMul_grad/MatMul"][0]}
 
 
 @tf2_only

@@ -10,6 +10,7 @@ op has no finite value at its input (``Log`` of zero padding, a division by zero
 ``nan`` in any precision) needs the input masked before the op (``code_edit``); any other
 harmful forward site fits in float32 (``keep_fp32``: Ascend's ``modify_mixlist`` JSON, and the
 ``keep_dtype_scope()`` edit as its code)."""
+from npu_loss_scale.device.precision_lists import ascend_op_type
 from npu_loss_scale.tools.advisor import layer_of
 from npu_loss_scale.tools.doctor.report import MODES, number
 
@@ -65,13 +66,13 @@ def _edit(site):
 def _keep_fp32(site):
     """Keep the op in float32; a site of precision_mode's rounding names the op it rounds."""
     op = site.get("rounded_op") or {"op_name": _forward_op(site), "op_type": site.get("op_type")}
-    op_type = op["op_type"] or op["op_name"].rsplit("/", 1)[-1]
+    op_type = ascend_op_type(op["op_type"] or op["op_name"].rsplit("/", 1)[-1])  # MatMulV2
     code = ("+  from npu_bridge.estimator.npu import npu_scope\n"
             "+  with npu_scope.keep_dtype_scope():\n"
             "       ...   # build %s here: it stays in float32" % op["op_name"])
     return _fix("keep_fp32", "keep %s (%s) in float32: add %s to precision_mode's black list "
                 "with modify_mixlist, or build it under npu_scope.keep_dtype_scope()"
-                % (op["op_name"], op_type, op_type), True,
+                % (op["op_name"], op["op_type"], op_type), True,
                 mixlist={"black-list": {"to-add": [op_type]}}, code=code)
 
 
