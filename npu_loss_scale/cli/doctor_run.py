@@ -274,6 +274,7 @@ def _judge(rec, sess):
 
 
 # -- managers, GradScaler, the mode ------------------------------------------------------------------
+_KERAS_MODULES = ("npu_loss_scale.frontends._keras3", "npu_loss_scale.frontends._keras2")
 _MANAGER_KINDS = {"ExponentialUpdateLossScaleManager": "ascend_exponential",
                   "FixedLossScaleManager": "ascend_fixed"}
 
@@ -381,6 +382,9 @@ def main(argv=None):
             "magnitude": _number(magnitude), "verdict": "unknown", "method": "reachability",
             "evidence": "the step ran outside a TF1 Session (eager, tf.function or Keras): "
                         "the doctor decides by graph and replay in a Session only"}
+    if rec.front_end is None and any(name in sys.modules for name in _KERAS_MODULES):
+        rec.front_end = "NpuLossScaleOptimizer (Keras)"   # built; its steps are not recorded
+        rec.detail += "; the Keras optimizer's steps are not recorded by the doctor"
     if rec.outcome == "completed" and not rec.steps and rec.front_end is None:
         rec.outcome = "no_loss_scale_optimizer"
         rec.detail = "the script ended without building a loss-scale optimizer or scaler"
