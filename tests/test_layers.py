@@ -37,7 +37,6 @@ LAYER_OF = {unit: level for level, units in enumerate(LAYERS) for unit in units}
 ADAPTER_GATE = PACKAGE + "._internal.probe"
 
 
-
 def module_files(root=ROOT):
     """{dotted module name: file path} for every .py file of the package."""
     files = {}
@@ -183,8 +182,8 @@ OLD_EDGES = [
     ("npu_loss_scale.device.localisation", "npu_loss_scale.device.register"),
     ("npu_loss_scale.agreement.discovery", "npu_loss_scale.detection.backends"),
     ("npu_loss_scale.ascend.tf1_contrib", "npu_loss_scale"),
-    # the two circles of the shim and the agreement's import of the adapter (the shim under the
-    # emulator), as they were before 0.3's last layout changes
+    # the two circles the shim had and the agreement's import of the adapter (the shim under the
+    # emulator)
     ("npu_loss_scale._npu_bridge_shim.npu_bridge._keras_ranks",
      "npu_loss_scale._npu_bridge_shim.npu_bridge.estimator.npu.npu_optimizer"),
     ("npu_loss_scale._npu_bridge_shim.npu_device.distribute",
