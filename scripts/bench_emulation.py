@@ -21,7 +21,8 @@ Rounds run the variants in a shuffled order, so a change of the machine's load t
 them. Per process it takes the first step (graph build, session or trace, rewrite, first run:
 wall time from the start of the build to the end of step one) and the median of the later steps;
 it prints, per shape and variant, the median over rounds and the ratio to ``fp32`` of the same
-round (median, and min-max over rounds). It also prints what the counters of the emulation
+round (median, and min-max over rounds), of wall time and of the process's CPU time (all of
+TensorFlow's threads; steadier than wall time on a machine other work shares). It also prints what the counters of the emulation
 saw after step one: the precision rewrites of a session's graph (``rewrites``, ops rewritten in
 brackets) and the ops rounded at trace time — both must stay 0 after the first step. Compare
 ratios from one run, not across runs or machines; on a loaded machine say the load (``uptime``).
@@ -101,7 +102,7 @@ def _run_cnn(tf, args, variant, marks):
             sess.run(init)
             for _ in range(args.steps):
                 sess.run(train, {images: x, labels: y})
-                marks.append(time.perf_counter())
+                marks.append(_now())
         return len(graph.get_operations())
 
 
@@ -111,7 +112,7 @@ def _run_keras(tf, args, variant, marks):
 
     class Marks(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            marks.append(time.perf_counter())
+            marks.append(_now())
 
     with _every_op(variant):
         inputs = keras.Input(x.shape[1:])
@@ -151,7 +152,7 @@ def _run_estimator(tf, args, variant, marks):
 
     class Marks(tf.compat.v1.train.SessionRunHook):
         def after_run(self, run_context, run_values):
-            marks.append(time.perf_counter())
+            marks.append(_now())
 
     import tempfile  # pylint: disable=import-outside-toplevel
     with tempfile.TemporaryDirectory() as model_dir:
@@ -191,12 +192,19 @@ def worker(args):
         after_first.update(counters.snapshot())
 
     marks_hook = _FirstStepNote(marks, note_first)
-    start = time.perf_counter()
+    start = _now()
     ops = run(tf, args, args.variant, marks_hook)
-    steps = [b - a for a, b in zip(marks[:-1], marks[1:])]
+    steps = [b[0] - a[0] for a, b in zip(marks[:-1], marks[1:])]
+    cpu = [b[1] - a[1] for a, b in zip(marks[:-1], marks[1:])]
     late = {k: v - after_first.get(k, 0) for k, v in counters.snapshot().items()}
-    print(json.dumps({"first": marks[0] - start, "steady": statistics.median(steps),
+    print(json.dumps({"first": marks[0][0] - start[0], "steady": statistics.median(steps),
+                      "first_cpu": marks[0][1] - start[1], "steady_cpu": statistics.median(cpu),
                       "ops": ops, "after_first": late, "tf": tf.__version__}))
+
+
+def _now():
+    """(wall clock, CPU time of the process: every thread of TensorFlow's pools), in s."""
+    return time.perf_counter(), time.process_time()
 
 
 class _FirstStepNote(list):
@@ -275,21 +283,22 @@ def main():
             print("\n%s: skipped (%s)" % (shape, skipped))
             continue
         print("\n%s (TF %s)" % (shape, results["fp32"][0]["tf"]))
-        print("%-9s %10s %18s %12s %18s  %s" % ("variant", "first s", "first vs fp32",
-                                                "step ms", "step vs fp32",
-                                                "after step 1: rewrites [ops], traced ops"))
+        print("%-9s %9s %18s %18s %9s %18s %18s  %s" % (
+            "variant", "first s", "first vs fp32", "(CPU time)", "step ms", "step vs fp32",
+            "(CPU time)", "after step 1: rewrites [ops], traced ops"))
         base = results["fp32"]
         for variant in VARIANTS:
             rows = results[variant]
-            first = [r["first"] / b["first"] for r, b in zip(rows, base)]
-            steady = [r["steady"] / b["steady"] for r, b in zip(rows, base)]
-            print("%-9s %10.2f %18s %12.1f %18s  %d [%d], %d" % (
-                variant, statistics.median(r["first"] for r in rows), _spread(first),
-                1000 * statistics.median(r["steady"] for r in rows), _spread(steady),
+
+            def ratios(key):
+                return _spread([r[key] / b[key] for r, b in zip(rows, base)])  # pylint: disable=cell-var-from-loop
+            print("%-9s %9.2f %18s %18s %9.1f %18s %18s  %d [%d], %d" % (
+                variant, statistics.median(r["first"] for r in rows), ratios("first"),
+                ratios("first_cpu"), 1000 * statistics.median(r["steady"] for r in rows),
+                ratios("steady"), ratios("steady_cpu"),
                 max(r["after_first"]["rewrites"] for r in rows),
                 max(r["after_first"]["rewritten_ops"] for r in rows),
                 max(r["after_first"]["traced_ops"] for r in rows)))
-
 
 if __name__ == "__main__":
     main()
