@@ -394,6 +394,20 @@ def test_ranks_option_is_checked(tmp_path):
 
 # -- npu_device (TF2 adapter) ------------------------------------------------------------------------
 @npu_device_only
+def test_npu_device_sets_the_emulated_devices_overflow_mode(shim):
+    import npu_device  # pylint: disable=import-outside-toplevel
+    assert npu_device.get_device_sat_mode() == 0          # conftest: saturation
+    npu_device.set_device_sat_mode(1)
+    assert emulation.is_inf_nan_enabled() and npu_device.get_device_sat_mode() == 1
+    x = tf.constant([300.0], tf.float16)
+    assert np.isinf(emulation.saturate(x * x).numpy()[0])  # INF/NaN: 90000 stays inf
+    npu_device.set_device_sat_mode(0)
+    assert emulation.saturate(x * x).numpy()[0] == 65504.0
+    with pytest.raises(ValueError, match=r"mode must be 0 \(saturation\) or 1 \(INF/NaN\); got 2"):
+        npu_device.set_device_sat_mode(2)
+
+
+@npu_device_only
 def test_npu_device_options_are_validated_recorded_and_open_applies_precision(shim):
     import npu_device  # pylint: disable=import-outside-toplevel
     options = npu_device.global_options()

@@ -1,7 +1,8 @@
 """CPU shim of Ascend's TF2 adapter ``npu_device`` (from npu-loss-scale).
 
 Provided: ``open(device_id=None).as_default()`` (the emulated device; nothing to place on),
-``global_options()`` (every option scripts set, nested ``dump_config``/``profiling_config``/
+``set_device_sat_mode(mode)``/``get_device_sat_mode()`` (the emulated device's overflow
+mode, as ``npu_bridge``'s ``npu_plugin`` sets it), ``global_options()`` (every option scripts set, nested ``dump_config``/``profiling_config``/
 ``experimental.multi_branches_config`` included: validated and recorded; ``open()`` applies
 ``precision_mode`` (with ``modify_mixlist``, :mod:`npu_loss_scale.device.precision_lists`)
 through :mod:`npu_loss_scale.device.precision`: for TF2 code to every eligible
@@ -122,6 +123,20 @@ def open(device_id=None):  # pylint: disable=redefined-builtin
     return _cluster.opened(lambda: _Device(device_id, workers_num, worker_id))
 
 
+def set_device_sat_mode(mode):
+    """The emulated device's overflow mode, as the adapter's own function sets it for the process:
+    0 saturation (the Atlas training series' only mode), 1 INF/NaN; see
+    :mod:`npu_loss_scale.device.register`."""
+    from npu_loss_scale.device import register  # pylint: disable=import-outside-toplevel
+    register.set_device_sat_mode(mode)
+
+
+def get_device_sat_mode():
+    """The emulated device's overflow mode: 0 saturation, 1 INF/NaN."""
+    from npu_loss_scale.device import register  # pylint: disable=import-outside-toplevel
+    return register.get_device_sat_mode()
+
+
 def global_npu_ctx():
     """The device ``open()`` returned, or None before it."""
     from npu_device import _cluster  # pylint: disable=import-outside-toplevel
@@ -131,6 +146,7 @@ def global_npu_ctx():
 from npu_device import compat, distribute  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 # gen_npu_ops, ops and npu_device (the module the adapter re-exports from) load on first use
-__all__ = ["open", "global_options", "global_npu_ctx", "compat", "distribute", "gen_npu_ops",
+__all__ = ["open", "global_options", "global_npu_ctx", "set_device_sat_mode",
+           "get_device_sat_mode", "compat", "distribute", "gen_npu_ops",
            "ops", "npu_device"]
 __getattr__ = _module_getattr(__name__, __all__, package=True)
