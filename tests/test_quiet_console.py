@@ -392,6 +392,10 @@ def test_a_keras_custom_loop_is_quiet(tmp_path):
     assert_quiet(tmp_path, KERAS_LOOP, ["[ 0.8 -1.6] 512.0"])
 
 
+@pytest.mark.xfail(TF1, strict=True, reason=(
+    "TF 1.15: the inner optimizer's slots for Megatron's resource-variable main parameters log "
+    "1.15's 'calling BaseResourceVariable.__init__ with constraint is deprecated' (TensorFlow's "
+    "slot creator passes the argument; not fixed yet)"))
 def test_megatron_is_quiet(tmp_path):
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()

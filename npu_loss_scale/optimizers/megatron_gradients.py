@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from npu_loss_scale._internal import checks as _checks
 from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale._internal.compat.ops import clip_by_global_norm
 from npu_loss_scale._internal.compat.variables import Variable, key as variable_key
 
 __all__ = ["MegatronGradientProcessor", "MAIN_PARAM_SUFFIX", "global_norm", "count_zeros"]
@@ -136,10 +137,9 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
                 else:
                     graph = tf.compat.v1.get_default_graph()
                     with graph.name_scope(None):
-                        main = tf.compat.v1.Variable(
+                        main = Variable(
                             tf.cast(var.initial_value, tf.float32), trainable=False,
-                            dtype=tf.float32, use_resource=True,
-                            name=base + "/" + MAIN_PARAM_SUFFIX)
+                            dtype=tf.float32, name=base + "/" + MAIN_PARAM_SUFFIX)
             self._track_trackable(main, MAIN_PARAM_SUFFIX + "." + base.replace("/", "."),
                                   overwrite=True)
             table[variable_key(var)] = (var, main)
@@ -178,7 +178,7 @@ class MegatronGradientProcessor(tf.compat.v1.train.Optimizer):
             grads = [pairs[i][0] for i in present]
             dtypes = {_values(g).dtype for g in grads}
             use_norm = None if len(dtypes) <= 1 else global_norm(grads)
-            clipped, _ = tf.clip_by_global_norm(grads, self._clip_grad, use_norm=use_norm)
+            clipped, _ = clip_by_global_norm(grads, self._clip_grad, use_norm=use_norm)
             for i, g in zip(present, clipped):
                 pairs[i] = (g, pairs[i][1])
         apply = self._opt.apply_gradients(pairs, global_step=global_step, name=name)
