@@ -169,7 +169,8 @@ def worker(args):
     os.environ["NPU_LOSS_SCALE_BACKEND"] = "emulation"
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.device import op_precision, precision  # pylint: disable=import-outside-toplevel
-    tf.compat.v1.disable_eager_execution() if args.shape == "cnn" and not tf.__version__.startswith("1.") else None  # noqa: E501  pylint: disable=expression-not-assigned
+    if args.shape == "cnn" and not tf.__version__.startswith("1."):
+        tf.compat.v1.disable_eager_execution()   # a TF1 script's graph and Session
     if args.shape == "keras" and tf.__version__.startswith("1."):
         print(json.dumps({"skip": "Keras fit under npu_device is TF 2 code"}))
         return
