@@ -5,7 +5,7 @@ import argparse
 import os
 
 from npu_loss_scale.cli.emulate_args import (  # the checks emulate applies too
-    _precision_mode, _script_position)
+    _precision_mode, _script_position, script_parser)
 from npu_loss_scale.tools.doctor.report import MODES
 
 __all__ = ["PROG", "build_parser", "parse", "DEFAULT_STEPS", "DEFAULT_OUT"]
@@ -62,19 +62,10 @@ def _timeout(value):
 
 def build_parser(prog=PROG):
     """The command's argument parser."""
-    parser = argparse.ArgumentParser(
-        prog=prog, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="%(prog)s [options] script.py [script args ...]\n"
-              "       %(prog)s [options] -m module [module args ...]",
-        description="Run a training script on the emulated device for a few loss-scale steps, "
-                    "once per overflow mode, and say for every overflow whether it can change "
-                    "the update, with a fix checked by a re-run.", epilog=_EPILOG)
-    parser.add_argument("-m", dest="as_module", action="store_true",
-                        help="run a module as `python -m` does")
-    parser.add_argument("script", nargs="?", metavar="script.py",
-                        help="the script (or, with -m, the module) to run")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="script args",
-                        help="the script's own arguments, passed to it unchanged")
+    parser = script_parser(
+        prog, "Run a training script on the emulated device for a few loss-scale steps, once "
+              "per overflow mode, and say for every overflow whether it can change the update, "
+              "with a fix checked by a re-run.", _EPILOG)
     parser.add_argument("--steps", type=_steps, default=DEFAULT_STEPS, metavar="N",
                         help="stop each run after N loss-scale steps (default %d)"
                         % DEFAULT_STEPS)

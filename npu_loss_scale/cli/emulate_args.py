@@ -6,7 +6,8 @@ import argparse
 from npu_loss_scale import __version__
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 
-__all__ = ["PROG", "SAT_MODES", "SATURATE_DTYPES", "build_parser", "parse", "without_ranks"]
+__all__ = ["PROG", "SAT_MODES", "SATURATE_DTYPES", "build_parser", "parse", "script_parser",
+           "without_ranks"]
 
 PROG = "python -m npu_loss_scale.emulate"
 
@@ -73,18 +74,15 @@ def _loss_scale(value):
     return number
 
 
-def build_parser(prog=PROG):
-    """The command's argument parser (no TensorFlow is imported to build or print it)."""
+def script_parser(prog, description, epilog):
+    """A parser for a command that runs a script (or ``-m module``) with the script's own
+    arguments after it: the usage, ``-m``, ``script`` and ``script_args`` (``npu-emulate``'s and
+    ``npu-loss-scale doctor``'s)."""
     parser = argparse.ArgumentParser(
         prog=prog, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="%(prog)s [options] script.py [script args ...]\n"
               "       %(prog)s [options] -m module [module args ...]",
-        description="Run an unmodified Ascend TensorFlow script on CPU, with the NPU's "
-                    "float-status register, saturation mode and precision_mode emulated and "
-                    "npu_bridge / npu_device / hccl / moxing provided by a CPU stand-in.",
-        epilog=_EPILOG)
-    parser.add_argument("--version", action="version",
-                        version="%(prog)s (npu-loss-scale) " + __version__)
+        description=description, epilog=epilog)
     parser.add_argument("-m", dest="as_module", action="store_true",
                         help="run a module as `python -m` does (the first positional is its "
                              "name)")
@@ -92,6 +90,17 @@ def build_parser(prog=PROG):
                         help="the script (or, with -m, the module) to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="script args",
                         help="the script's own arguments, passed to it unchanged")
+    return parser
+
+
+def build_parser(prog=PROG):
+    """The command's argument parser (no TensorFlow is imported to build or print it)."""
+    parser = script_parser(
+        prog, "Run an unmodified Ascend TensorFlow script on CPU, with the NPU's float-status "
+              "register, saturation mode and precision_mode emulated and npu_bridge / "
+              "npu_device / hccl / moxing provided by a CPU stand-in.", _EPILOG)
+    parser.add_argument("--version", action="version",
+                        version="%(prog)s (npu-loss-scale) " + __version__)
 
     device = parser.add_argument_group("emulated device")
     device.add_argument("--sat-mode", type=_sat_mode, default=None, metavar="{saturation,inf_nan}",
