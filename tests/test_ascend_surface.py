@@ -13,7 +13,7 @@ from tensorflow.python.eager import context
 from npu_loss_scale.detection import backends as detection
 from npu_loss_scale.device import register as emulation
 from rank_lines import json_events
-from tf_versions import TF1, npu_device_only, tf1_names_on_tf2_only
+from tf_versions import TF1, estimator_only, npu_device_only, tf1_names_on_tf2_only
 from npu_loss_scale._internal.compat import keras as compat_keras
 from npu_loss_scale.device import precision
 
@@ -25,17 +25,6 @@ SESSION_SCRIPT = os.path.join(HERE, "scripts", "ascend_session_mix_precision.py"
 SCRIPT_TF_V1 = "tensorflow._api.v1.compat.v1" if TF1 else "tensorflow.compat.v1"
 KERAS_SCRIPT_TF = "tensorflow" if TF1 else "tensorflow.compat.v1"
 ESTIMATOR_SCRIPT = os.path.join(HERE, "scripts", "ascend_estimator_run_config.py")
-
-
-def _estimator_available():
-    try:
-        return hasattr(tf.compat.v1.estimator, "RunConfig")
-    except (ImportError, AttributeError):
-        return False
-
-
-needs_estimator = pytest.mark.skipif(not _estimator_available(),
-                                     reason="TensorFlow's estimator is absent (removed after 2.15)")
 
 
 @pytest.fixture
@@ -213,7 +202,7 @@ def test_precision_mode_values_are_checked(shim, graph):
 
 
 # -- NPURunConfig / NPUEstimator -----------------------------------------------------------------------
-@needs_estimator
+@estimator_only
 def test_npu_run_config_accepts_validates_and_records_device_options(shim):
     from npu_bridge.npu_init import (  # pylint: disable=import-outside-toplevel
         DumpConfig, NPURunConfig)
@@ -285,7 +274,7 @@ def test_session_script_in_force_fp32_never_overflows_and_loops_per_run(tmp_path
     assert steps == [(131072.0, 3), (131072.0, 6)]
 
 
-@needs_estimator
+@estimator_only
 def test_estimator_script_honours_iterations_per_loop_and_precision_mode(tmp_path):
     """iterations_per_loop=2, max_steps=4: the first run's two steps overflow (2**17, 2**16 in
     float16) and are skipped, the next two runs apply two steps each."""

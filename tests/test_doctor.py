@@ -16,7 +16,7 @@ import time
 import pytest
 
 from npu_loss_scale.pytest_plugin import assert_no_harmful_overflow, run_doctor
-from tf_versions import tf2_only
+from tf_versions import estimator_only, tf2_only
 
 pytestmark = pytest.mark.slow
 
@@ -171,16 +171,7 @@ def test_a_clean_script_gets_the_clean_finding_only(tmp_path_factory):
     assert_no_harmful_overflow(report)
 
 
-def _estimator_available():
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    try:
-        return hasattr(tf.compat.v1.estimator, "RunConfig")
-    except (ImportError, AttributeError):
-        return False
-
-
-@pytest.mark.skipif(not _estimator_available(),
-                    reason="TensorFlow's estimator is absent (removed after 2.15)")
+@estimator_only
 def test_an_estimator_scripts_steps_and_verdicts(tmp_path_factory):
     """tests/scripts/ascend_estimator_run_config.py: NPUEstimator, precision_mode
     allow_mix_precision from its NPURunConfig, loss = sum([[1, 1]] @ kernel)."""
