@@ -5,7 +5,7 @@ import argparse
 import os
 
 from npu_loss_scale.cli.emulate_args import (  # the checks emulate applies too
-    _precision_mode, _script_position, script_parser)
+    _precision_mode, parse_script, script_parser)
 from npu_loss_scale.tools.doctor.report import MODES
 
 __all__ = ["PROG", "build_parser", "parse", "DEFAULT_STEPS", "DEFAULT_OUT"]
@@ -107,12 +107,8 @@ def _check_out(parser, out):
 def parse(argv, prog=PROG):
     """The parsed options; refuses bad values, a missing script and an unwritable --out."""
     parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    if args.script is None:
-        parser.error("-m needs a module name to run (-m package.module [args ...])"
-                     if args.as_module else "the script to run is missing (script.py or -m "
-                                            "module)")
-    args.script_args = argv[_script_position(argv, args) + 1:]
+    args = parse_script(parser, argv,
+                        missing="the script to run is missing (script.py or -m module)")
     if not args.as_module and not os.path.isfile(args.script):
         parser.error("no such script: %r (give a Python file, or -m and a module name)"
                      % args.script)

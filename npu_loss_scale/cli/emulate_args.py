@@ -6,8 +6,8 @@ import argparse
 from npu_loss_scale import __version__
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 
-__all__ = ["PROG", "SAT_MODES", "SATURATE_DTYPES", "build_parser", "parse", "script_parser",
-           "without_ranks"]
+__all__ = ["PROG", "SAT_MODES", "SATURATE_DTYPES", "build_parser", "parse", "parse_script",
+           "script_parser", "without_ranks"]
 
 PROG = "python -m npu_loss_scale.emulate"
 
@@ -162,14 +162,22 @@ def _script_position(argv, args):
     return i
 
 
-def parse(argv, prog=PROG):
-    """The parsed options; ``script``/``module`` and ``script_args`` say what to run."""
-    parser = build_parser(prog)
+def parse_script(parser, argv, missing="the script to run is missing"):
+    """``parser``'s options from ``argv`` (a :func:`script_parser`), refusing a missing script or
+    module (``missing`` says what to give); ``script_args`` are the script's own arguments as
+    given."""
     args = parser.parse_args(argv)
     if args.script is None:
         parser.error("-m needs a module name to run (-m package.module [args ...])"
-                     if args.as_module else "the script to run is missing")
+                     if args.as_module else missing)
     args.script_args = argv[_script_position(argv, args) + 1:]
+    return args
+
+
+def parse(argv, prog=PROG):
+    """The parsed options; ``script``/``module`` and ``script_args`` say what to run."""
+    parser = build_parser(prog)
+    args = parse_script(parser, argv)
     if args.saturate_every_op:
         from npu_loss_scale.device import (  # imports TensorFlow  pylint: disable=import-outside-toplevel
             saturation)
