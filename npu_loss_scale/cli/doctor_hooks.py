@@ -1,0 +1,149 @@
+"""What one doctor run patches to see the script's steps (:mod:`npu_loss_scale.cli.doctor_run`):
+``NPULossScaleOptimizer``'s train op (a host callback after it reads the step's report and
+loss), the ``Session`` (the step limit, and the verdicts once the steps are done or the session
+closes), the managers' constructors (their settings recorded, those the config names replaced)
+and ``set_device_sat_mode`` (each call recorded)."""
+import inspect
+import os
+
+from npu_loss_scale.cli.doctor_record import StepLimit
+from npu_loss_scale.cli.doctor_replay import judge
+
+__all__ = ["install", "wrap_init", "in_estimator"]
+
+
+# -- NPULossScaleOptimizer -----------------------------------------------------------------------
+def in_estimator():
+    return any("estimator" in (frame.filename or "") and "tensorflow_estimator" in frame.filename
+               for frame in inspect.stack(context=0))
+
+
+def patch_optimizer(rec):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale._internal.compat import py_func  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.optimizers import loss_scale  # pylint: disable=import-outside-toplevel
+    cls = loss_scale.NPULossScaleOptimizer
+    compute, apply = cls.compute_gradients, cls.apply_gradients
+
+    def compute_gradients(self, loss, *args, **kwargs):
+        if isinstance(loss, tf.Tensor):
+            self._doctor_loss = loss  # pylint: disable=protected-access
+        return compute(self, loss, *args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = list(grads_and_vars)
+        if rec.front_end is None:
+            rec.front_end = "Estimator" if in_estimator() else "NPULossScaleOptimizer"
+        train_op = apply(self, grads_and_vars, global_step=global_step, name=name)
+        if tf.executing_eagerly():
+            return train_op
+        try:
+            report = self.step_report
+        except RuntimeError:
+            return train_op
+        loss = getattr(self, "_doctor_loss", None)
+        grads = [getattr(g, "values", g) for g, _ in grads_and_vars if g is not None]
+        try:
+            scale = self.loss_scale_manager.get_loss_scale()   # the graph's one scale tensor
+        except Exception:  # pylint: disable=broad-except  # a user's manager
+            scale = None
+        rec.targets[tf.compat.v1.get_default_graph()] = (
+            loss, grads, scale if isinstance(scale, tf.Tensor) else None)
+        keys = ("loss_scale", "next_loss_scale", "finite")
+        inputs = [tf.cast(report[k], tf.float64) if k in report else tf.constant(np.nan, tf.float64)
+                  for k in keys]
+        inputs.append(tf.cast(tf.reduce_mean(loss), tf.float64) if loss is not None
+                      else tf.constant(np.nan, tf.float64))
+        present = [k in report for k in keys] + [loss is not None]
+
+        def note(scale, next_scale, finite, value):
+            vals = [v if ok else None for v, ok in zip((scale, next_scale, finite, value),
+                                                       present)]
+            rec.step(vals[0], vals[1], None if vals[2] is None else bool(vals[2]), vals[3])
+            return np.int64(len(rec.steps))
+
+        with tf.control_dependencies([train_op]):
+            noted = py_func.numpy_function(note, inputs, tf.int64, stateful=True,
+                                           name="doctor_step")
+        return tf.group(train_op, noted, name="doctor_train_op")
+
+    cls.compute_gradients, cls.apply_gradients = compute_gradients, apply_gradients
+
+
+def patch_session(rec):
+    from tensorflow.python.client import session  # pylint: disable=import-outside-toplevel
+    original, original_close = session.BaseSession.run, session.BaseSession.close
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        if rec.in_replay:
+            return original(self, fetches, feed_dict, options, run_metadata)
+        before = len(rec.steps)
+        out = original(self, fetches, feed_dict, options, run_metadata)
+        if len(rec.steps) > before:
+            rec.last_feeds[self.graph] = feed_dict
+        if rec.limit_reached:
+            judge(rec, self)
+            raise StepLimit()
+        return out
+
+    def close(self):
+        if not rec.in_replay and not getattr(self, "_closed", True):
+            judge(rec, self)
+        return original_close(self)
+
+    session.BaseSession.run, session.BaseSession.close = run, close
+
+
+# -- managers, the mode ------------------------------------------------------------------
+_MANAGER_KINDS = {"ExponentialUpdateLossScaleManager": "ascend_exponential",
+                  "FixedLossScaleManager": "ascend_fixed"}
+
+
+def wrap_init(rec, cls, kind, front_end=None):
+    original = cls.__init__
+    signature = inspect.signature(original)
+
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        settings = dict(bound.arguments)
+        settings.pop("self", None)
+        for key, value in rec.settings.items():
+            if key in settings:
+                settings[key] = value
+        if front_end is not None and rec.front_end is None:
+            rec.front_end = front_end
+        if rec.scaler["kind"] is None:
+            rec.scaler = {"kind": kind, "settings": {
+                k: v for k, v in settings.items() if isinstance(v, (int, float, bool))}}
+        original(self, **settings)
+
+    cls.__init__ = __init__
+
+
+def patch_managers(rec):
+    from npu_loss_scale.scaling import managers  # pylint: disable=import-outside-toplevel
+    for name, kind in _MANAGER_KINDS.items():
+        wrap_init(rec, getattr(managers, name), kind)
+
+
+def patch_sat_mode(rec):
+    from npu_loss_scale.device import register  # pylint: disable=import-outside-toplevel
+    original = register.set_device_sat_mode
+
+    def set_device_sat_mode(mode):
+        caller = inspect.stack(context=0)[1]
+        rec.sat_mode_calls.append({"mode": mode, "file": os.path.basename(caller.filename),
+                                   "line": caller.lineno})
+        return original(mode)
+
+    register.set_device_sat_mode = set_device_sat_mode
+
+
+def install(rec):
+    """Patches the TF1 front end, the managers and the mode call for ``rec``."""
+    patch_optimizer(rec)
+    patch_session(rec)
+    patch_managers(rec)
+    patch_sat_mode(rec)
