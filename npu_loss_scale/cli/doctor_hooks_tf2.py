@@ -14,7 +14,10 @@
   :class:`StepLimit` once it returns to eager Python with the limit reached. Steps a function
   runs past the limit (a whole loop traced into one function) are not recorded.
 """
+import importlib.abc
+import importlib.util
 import inspect
+import sys
 
 import numpy as np
 
@@ -24,6 +27,7 @@ from npu_loss_scale.cli.doctor_record import StepLimit, scalar
 __all__ = ["install", "unknown_evidence"]
 
 KERAS_FRONT_END = "NpuLossScaleOptimizer (Keras)"   # the name mode_findings knows
+_KERAS_MODULES = ("npu_loss_scale.frontends._keras2", "npu_loss_scale.frontends._keras3")
 _contexts = set()   # how this run's TF2 steps ran: "eagerly", "in a tf.function" (one run a process)
 
 
@@ -123,10 +127,35 @@ def patch_grad_scaler(rec):
 
 # -- the Keras NpuLossScaleOptimizer -----------------------------------------------------------
 def patch_keras(rec):
-    """Wraps the Keras classes as :mod:`npu_loss_scale.frontends.keras` builds them."""
-    from npu_loss_scale.frontends import _keras2, _keras3  # pylint: disable=import-outside-toplevel
-    for module in (_keras2, _keras3):
-        _wrap_build(rec, module)
+    """Wraps the Keras classes as :mod:`npu_loss_scale.frontends.keras` builds them, once the
+    script imports the modules that build them (the doctor imports no Keras of its own)."""
+    for name in _KERAS_MODULES:
+        if name in sys.modules:
+            _wrap_build(rec, sys.modules[name])
+    sys.meta_path.insert(0, _AfterImport(_KERAS_MODULES, lambda module: _wrap_build(rec, module)))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``then(module)`` once each module named in ``names`` is imported."""
+
+    def __init__(self, names, then):
+        self.names, self.then = set(names), then
+
+    def find_spec(self, fullname, path, target=None):  # pylint: disable=unused-argument
+        if fullname not in self.names:
+            return None
+        self.names.discard(fullname)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        execute, then = spec.loader.exec_module, self.then
+
+        def exec_module(module):
+            execute(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def _wrap_build(rec, module):
