@@ -16,6 +16,8 @@ Two methods, in this order:
 """
 import numpy as np
 
+from npu_loss_scale.tools.doctor.paths import DataGraph
+
 __all__ = ["ancestors_of_types", "fed_by", "reaches", "replay", "neutralised", "REPLAY_SOURCE_TYPES"]
 
 #: Ops whose outputs differ from one run to the next although nothing was fed: a replay feeds
@@ -35,50 +37,16 @@ def _ops_of(tensors):
 
 def reaches(graph, op_name, targets):
     """True when a path of data edges leads from the op ``op_name`` to one of ``targets``
-    (tensors); None when the graph holds no op of that name."""
-    try:
-        start = graph.get_operation_by_name(op_name)
-    except (KeyError, ValueError):
-        return None
-    goal = {op.name for op in _ops_of(targets)}
-    seen, stack = {start.name}, [start]
-    while stack:
-        op = stack.pop()
-        if op.name in goal:
-            return True
-        for out in op.outputs:
-            for consumer in out.consumers():
-                if consumer.name not in seen:
-                    seen.add(consumer.name)
-                    stack.append(consumer)
-    return False
+    (tensors); None when the graph holds no op of that name. For many sites of one graph,
+    :class:`~npu_loss_scale.tools.doctor.paths.DataGraph` answers without reading it again."""
+    data = DataGraph(graph)
+    return data.reaches(op_name, data.ancestors([op.name for op in _ops_of(targets)]))
 
 
 def fed_by(graph, op_name, earlier, forward_op_of):
-    """The sites among ``earlier`` (op names that overflowed before ``op_name`` in the same
-    step) whose values flow into the site ``op_name``: a path of data edges from one to the
-    other, or, for the gradient flowing back into a forward op's output (a site named by its
-    forward op), a gradient site whose forward op (``forward_op_of(name)``) consumes it."""
-    try:
-        op = graph.get_operation_by_name(op_name)
-    except (KeyError, ValueError):
-        return []
-    out = []
-    for name in earlier:
-        if name == op_name:
-            continue
-        if reaches(graph, name, op.outputs):
-            out.append(name)
-            continue
-        forward = forward_op_of(name)
-        if forward != name:
-            try:
-                consumer = graph.get_operation_by_name(forward)
-            except (KeyError, ValueError):
-                continue
-            if reaches(graph, op_name, consumer.outputs):
-                out.append(name)
-    return out
+    """The sites among ``earlier`` whose values flow into the site ``op_name``
+    (:meth:`~npu_loss_scale.tools.doctor.paths.DataGraph.fed_by`)."""
+    return DataGraph(graph).fed_by(op_name, earlier, forward_op_of)
 
 
 def ancestors_of_types(targets, types):
@@ -135,31 +103,56 @@ def replay(run, op, loss, gradients, feeds, dtype_max, scale=None):
     (the graph's loss-scale tensor, the scale of the step in which the site overflowed), fed so
     that the replay runs at that step's scale. ``unknown`` when the site does not overflow in
     the replay (the model moved on)."""
+    return replay_sites(run, [op], loss, gradients, feeds, [dtype_max], scale)[0]
+
+
+def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None):
+    """The replay verdicts of the sites ``ops`` (``tf.Operation``s whose steps ran at the same
+    scale), in their order, as :func:`replay` gives each: the step as run is fetched once for
+    all of them (the loss, the applied gradients, the random and input-pipeline values and every
+    site's outputs in one run), then each site whose values as run leave the loss and
+    gradients finite is neutralised in a run of its own. When they are not finite, every site
+    that overflows in that run is harmful without a second run: the same verdict the one-site
+    replay gives from its first fetch."""
     targets = ([loss] if loss is not None else []) + list(gradients)
-    floating = [t for t in op.outputs if t.dtype.is_floating]
-    if not floating or not targets:
-        return "unknown", "%s has no floating output to replace" % op.name
+    floating = [[t for t in op.outputs if t.dtype.is_floating] for op in ops]
+    verdicts = [None] * len(ops)
+    for i, op in enumerate(ops):
+        if not floating[i] or not targets:
+            verdicts[i] = ("unknown", "%s has no floating output to replace" % op.name)
+    todo = [i for i, v in enumerate(verdicts) if v is None]
+    if not todo:
+        return verdicts
     sources = [t for src in ancestors_of_types(targets, REPLAY_SOURCE_TYPES)
                for t in src.outputs]
     feeds = dict(feeds or {})
     if scale is not None and scale[1] is not None:
         feeds[scale[0]] = scale[1]
-    first = run({"targets": targets, "site": floating, "sources": sources}, feeds)
-    if not _overflowed(first["site"], dtype_max):
-        return "unknown", ("%s did not overflow when the step was replayed (the variables have "
-                           "moved on since)" % op.name)
-    if not _finite(first["targets"]):
-        what = "loss" if loss is not None and not _finite(first["targets"][:1]) else \
-            "applied gradients"
-        return "harmful", ("the step's %s as run hold inf or NaN: the overflow at %s reaches "
-                           "the update" % (what, op.name))
-    fed = dict(feeds)
-    fed.update(zip(sources, first["sources"]))
-    fed.update({t: neutralised(v, dtype_max) for t, v in zip(floating, first["site"])})
-    second = run(targets, fed)
-    difference = _max_difference(first["targets"], second)
+    first = run({"targets": targets, "sites": [floating[i] for i in todo], "sources": sources},
+                feeds)
+    finite = _finite(first["targets"])
+    what = "loss" if loss is not None and not _finite(first["targets"][:1]) else \
+        "applied gradients"
+    for i, values in zip(todo, first["sites"]):
+        op, dtype_max = ops[i], dtype_maxes[i]
+        if not _overflowed(values, dtype_max):
+            verdicts[i] = ("unknown", "%s did not overflow when the step was replayed (the "
+                           "variables have moved on since)" % op.name)
+        elif not finite:
+            verdicts[i] = ("harmful", "the step's %s as run hold inf or NaN: the overflow at %s "
+                           "reaches the update" % (what, op.name))
+        else:
+            fed = dict(feeds)
+            fed.update(zip(sources, first["sources"]))
+            fed.update({t: neutralised(v, dtype_max) for t, v in zip(floating[i], values)})
+            difference = _max_difference(first["targets"], run(targets, fed))
+            verdicts[i] = _compared(op.name, difference)
+    return verdicts
+
+
+def _compared(name, difference):
     if difference == 0.0:
         return "benign", ("with %s's overflowed elements replaced by 0 the loss and the applied "
-                          "gradients are equal bit for bit to the step as run" % op.name)
+                          "gradients are equal bit for bit to the step as run" % name)
     return "harmful", ("with %s's overflowed elements replaced by 0 the loss or an applied "
-                       "gradient changes (largest difference %.3g)" % (op.name, difference))
+                       "gradient changes (largest difference %.3g)" % (name, difference))

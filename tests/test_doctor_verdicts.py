@@ -1,0 +1,121 @@
+"""The doctor's verdict machinery on small TF1 graphs built here: which ops reach the loss and
+gradients, which earlier sites feed a site, and the batched replay (one fetch of the step for all
+sites, a second run only for a site whose step is finite), each answer worked out from the
+graph by hand."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from npu_loss_scale.tools.doctor import verdicts
+from npu_loss_scale.tools.doctor.paths import DataGraph
+
+LIMIT = 65504.0  # the float16 largest value: the sites below overflow it in float32
+
+
+def _names(*tensors):
+    return [t.op.name for t in tensors]
+
+
+@pytest.fixture
+def net(graph):
+    """loss = sum(a * mask) + sum(c), a = x * w, b = a * 2, c = b + 1; metric = exp(x * 100),
+    fetched by nothing the update depends on; grads = d loss / d w."""
+    x = tf.constant([1.0, 100.0], name="x")
+    w = tf.constant(1000.0, name="w")
+    a = tf.multiply(x, w, name="a")
+    b = tf.multiply(a, 2.0, name="b")
+    c = tf.add(b, 1.0, name="c")
+    metric = tf.exp(x * 100.0, name="metric")
+    loss = tf.add(tf.reduce_sum(a * tf.constant([1.0, 0.0])), tf.reduce_sum(c), name="loss")
+    grads = tf.gradients(loss, [w])
+    return {"graph": graph, "a": a, "b": b, "c": c, "metric": metric, "loss": loss,
+            "grads": grads}
+
+
+def test_one_walk_back_from_the_targets_answers_every_sites_reachability(net):
+    data = DataGraph(net["graph"])
+    goal = data.ancestors(_names(net["loss"], *net["grads"]))
+    assert data.reaches("a", goal) and data.reaches("c", goal)
+    assert data.reaches("metric", goal) is False  # only the metric's own ops follow exp
+    assert data.reaches("no_such_op", goal) is None
+    # the one-site function gives the same answers
+    targets = [net["loss"]] + net["grads"]
+    assert [verdicts.reaches(net["graph"], n, targets) for n in ("a", "metric", "nope")] == \
+        [True, False, None]
+
+
+def test_fed_by_names_the_earlier_sites_whose_values_flow_into_a_site(net):
+    data = DataGraph(net["graph"])
+    def forward_of(name):  # a site named by no forward op: only data paths count
+        return name
+    # c = (a * 2) + 1: a and b feed it; the metric and c itself do not
+    assert data.fed_by("c", ["metric", "a", "b", "c"], forward_of) == ["a", "b"]
+    assert data.fed_by("a", ["b", "c"], forward_of) == []
+    assert data.fed_by("no_such_op", ["a"], forward_of) == []
+
+    # a gradient site whose forward op is c consumes what a computes: it feeds a's gradient;
+    # one whose forward op is the metric does not
+    def grad_forward(name):
+        return {"grad_of_c": "c", "grad_of_metric": "metric"}.get(name, name)
+    assert data.fed_by("a", ["grad_of_metric", "grad_of_c"], grad_forward) == ["grad_of_c"]
+    assert verdicts.fed_by(net["graph"], "a", ["grad_of_metric", "grad_of_c"],
+                           grad_forward) == ["grad_of_c"]
+
+
+class _Counted:
+    def __init__(self, sess):
+        self.sess, self.runs = sess, 0
+
+    def __call__(self, fetches, feeds):
+        self.runs += 1
+        return self.sess.run(fetches, feed_dict=feeds)
+
+
+def test_a_finite_step_fetched_once_then_one_run_per_overflowing_site(net, session):
+    ops = [net["graph"].get_operation_by_name(n) for n in ("a", "c", "x")]
+    run = _Counted(session)
+    got = verdicts.replay_sites(run, ops, net["loss"], net["grads"], None, [LIMIT] * 3)
+    # a = [1000, 100000]: its 100000 is masked out of the first sum but reaches c's sum
+    # (2 * 100000 + 1), so zeroing it changes the loss by 2 * 100000; c = [2001, 200001] loses
+    # 200001; x = [1, 100] does not overflow
+    assert [v for v, _ in got] == ["harmful", "harmful", "unknown"]
+    assert "largest difference 2e+05" in got[0][1] and "largest difference 2e+05" in got[1][1]
+    assert "did not overflow" in got[2][1]
+    assert run.runs == 1 + 2   # one fetch of the step, one neutralised run per overflowing site
+    # the one-site replay agrees, site by site
+    assert [verdicts.replay(_Counted(session), op, net["loss"], net["grads"],
+                            None, LIMIT)[0] for op in ops] == ["harmful", "harmful", "unknown"]
+
+
+def test_a_masked_site_is_benign_bit_for_bit(graph, session):
+    x = tf.constant([1.0, 100.0])
+    site = tf.multiply(x, 1000.0, name="site")          # [1000, 100000]
+    w = tf.constant(1.0)
+    loss = tf.reduce_sum(site * tf.constant([1.0, 0.0]) * w)   # the 100000 is multiplied by 0
+    got = verdicts.replay_sites(_Counted(session), [site.op], loss, tf.gradients(loss, [w]),
+                                None, [LIMIT])
+    assert got[0][0] == "benign" and "equal bit for bit" in got[0][1]
+
+
+def test_a_step_whose_values_are_not_finite_judges_every_site_in_one_run(graph, session):
+    x = tf.constant([1.0, 800.0])
+    w = tf.constant(1.0)
+    big = tf.multiply(x, 1000.0, name="big")            # 800000 overflows the limit
+    huge = tf.exp(x * w, name="huge")                   # exp(800) is inf in float32
+    loss = tf.reduce_sum(big) + tf.reduce_sum(huge)
+    run = _Counted(session)
+    got = verdicts.replay_sites(run, [big.op, huge.op], loss, tf.gradients(loss, [w]), None,
+                                [LIMIT, LIMIT])
+    assert [v for v, _ in got] == ["harmful", "harmful"]
+    assert all("the step's loss as run hold inf or NaN" in e for _, e in got)
+    assert run.runs == 1
+
+
+def test_a_site_without_floating_output_is_unknown_without_a_run(graph, session):
+    count = tf.size(tf.constant([1.0, 2.0]), name="count")
+    loss = tf.reduce_sum(tf.constant([1.0]))
+    run = _Counted(session)
+    got = verdicts.replay_sites(run, [count.op], loss, [], None, [LIMIT])
+    assert got == [("unknown", "count has no floating output to replace")]
+    assert run.runs == 0
+    assert np.array_equal(verdicts.neutralised([1.0, np.inf, 7e4], LIMIT), [1.0, 0.0, 0.0])
