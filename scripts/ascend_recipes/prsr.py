@@ -12,9 +12,15 @@ What the script expects of its machine, given as a user of it would (the script 
   ``PYTHONPATH`` (the first, in sorted order, with both modules);
 * ``train.py`` lists the fixed ``/home/disk/celebA`` at import time, before any flag is read,
   writing ``./train.txt`` from it: ``FIXED_PATHS`` shows the recipe's images there, in the run's
-  own mount namespace (root and ``unshare`` needed).
+  own mount namespace (root and ``unshare`` needed);
+* ``solver.py`` sets the session's ``modify_mixlist`` to the fixed
+  ``/home/ma-user/modelarts/user-job-dir/code/ops_info.json``, its code folder on ModelArts, where
+  the model directory's own ``ops_info.json`` (``ReduceSumD`` on the black list) would be: the
+  recipe copies that file of the model directory into a folder ``FIXED_PATHS`` shows at that
+  code folder.
 """
 import os
+import shutil
 
 from ascend_recipes import jpeg_bytes, precision_tool_dir, write_text
 
@@ -22,7 +28,8 @@ MODEL_DIR = "TensorFlow/contrib/cv/prsr/PRSR_ID2111_for_TensorFlow"
 ENTRY = "train.py"
 TF1 = True
 CWD = "work"
-FIXED_PATHS = {"/home/disk/celebA": "celebA"}
+MODELARTS_CODE = "/home/ma-user/modelarts/user-job-dir/code"
+FIXED_PATHS = {"/home/disk/celebA": "celebA", MODELARTS_CODE: "modelarts_code"}
 
 
 def prepare(ctx):
@@ -32,6 +39,8 @@ def prepare(ctx):
         with open(path, "wb") as out:
             out.write(jpeg_bytes(64, 64, seed=i))
         paths.append(path)
+    shutil.copyfile(os.path.join(ctx.model_dir, "ops_info.json"),
+                    ctx.path("modelarts_code", "ops_info.json"))
     listing = write_text(ctx.path("lists", "train.txt"), "\n".join(paths) + "\n")
     args = ["--imgs_list_path", listing, "--train_dir", ctx.path("output", "x")[:-2],
             "--samples_dir", ctx.path("samples", "x")[:-2], "--num_epoch", "1",
