@@ -4,7 +4,7 @@ Usage::
 
     python scripts/doctor_ascend_scripts.py CORPUS_DIR [--steps N] [--modes M] [--keep DIR]
                                             [the selection options of try_ascend_scripts.py]
-    python scripts/doctor_ascend_scripts.py --summarize DIR     # the summary of a kept run
+    python scripts/doctor_ascend_scripts.py --summarize DIR [DIR ...]   # kept runs' summary
 
 The scripts, their arguments, recipes, environment and interpreter are chosen exactly as
 ``scripts/try_ascend_scripts.py`` chooses them (it is imported: ``--sample``, ``--seed``,
@@ -14,12 +14,14 @@ script args`` instead of through ``npu-emulate``, ``--timeout`` being the doctor
 (the script's whole doctor, its re-runs included, gets ``RUNS_BOUND`` times that). Each
 script's ``doctor.json`` stays in its numbered folder of ``--keep DIR`` (default: a temporary
 folder, removed), so ``--summarize DIR`` prints the summary again from what a run left, also
-from one stopped halfway.
+from one stopped halfway; several folders are merged, a script run again in a later folder
+counted once, with the later folder's report (a second pass over some of the scripts).
 
 The summary: the scripts run; those whose doctor reached a loss-scale step (a run with at least
 one step); per finding kind, the number of scripts with at least one such finding; per verified
 fix, the script, the fix, the skipped steps before -> after over the same steps and the steps
-saved. ``--markdown`` prints the counts as Markdown tables too.
+saved. ``--markdown`` prints the counts as Markdown tables too, and one row per script: what
+each of the doctor's runs recorded (outcome, steps, skipped steps).
 """
 import argparse
 import json
@@ -63,6 +65,16 @@ def load_reports(root):
     return out
 
 
+def merge_reports(roots):
+    """:func:`load_reports` of several folders, in order; a script found again in a later folder
+    takes that folder's entry, in the place of its first one."""
+    merged = {}
+    for root in roots:
+        for entry in load_reports(root):
+            merged[entry[0]] = entry
+    return list(merged.values())
+
+
 def reached_step(report):
     """Did any of the doctor's runs record a loss-scale step?"""
     return bool(report) and any(run["steps"] for run in report["runs"].values())
@@ -88,8 +100,26 @@ def summarize(entries):
                               "site": finding.get("site"), "fix": finding["fix"]["kind"],
                               "before": before, "after": after, "steps": verified["steps"],
                               "saved": before - after})
+    runs = [(script, {mode: run_cell(run) for mode, run in report["runs"].items()}
+             if report else {}) for script, report, _ in entries]
     return {"scripts": len(entries), "reached": reached, "no_report": no_report,
-            "kinds": {k: sorted(v) for k, v in sorted(kinds.items())}, "fixes": fixes}
+            "kinds": {k: sorted(v) for k, v in sorted(kinds.items())}, "fixes": fixes,
+            "runs": runs}
+
+
+def run_cell(run):
+    """One run of a report in a few words: outcome, steps, skipped steps, and why it stopped
+    (``stopped, 1 step, 1 skipped: stopped after the --timeout of 600 s ...``)."""
+    steps = run["steps"] if isinstance(run["steps"], int) else len(run["steps"])
+    skipped = run.get("skipped_steps")
+    if skipped is None and not isinstance(run["steps"], int):
+        skipped = sum(bool(s.get("skipped")) for s in run["steps"])
+    text = "%s, %d step%s" % (run.get("outcome", "?"), steps, "" if steps == 1 else "s")
+    if skipped is not None:
+        text += ", %d skipped" % skipped
+    if run.get("outcome") not in (None, "completed", "step_limit") and run.get("outcome_detail"):
+        text += ": " + run["outcome_detail"]
+    return text
 
 
 def print_summary(counts, markdown=False):
@@ -117,14 +147,22 @@ def print_summary(counts, markdown=False):
                 _short(fix["script"]), fix["finding"],
                 " `%s`" % fix["site"] if fix["site"] else "", fix["fix"], fix["before"],
                 fix["after"], fix["steps"], fix["saved"]))
+        modes = sorted({m for _, cells in counts["runs"] for m in cells},
+                       key=lambda m: (m != "saturation", m))
+        print("\n| script | %s |\n| --- |%s" % (" | ".join("%s run" % m for m in modes),
+                                                " --- |" * len(modes)))
+        for script, cells in counts["runs"]:
+            print("| %s | %s |" % (_short(script), " | ".join(
+                cells.get(m, "no report" if not cells else "not run") for m in modes)))
 
 
 def _short(script):
     """A script's model directory name (``.../BertBase_Google_ID0631_for_TensorFlow/x.py`` ->
-    ``BertBase_Google_ID0631_for_TensorFlow``)."""
+    ``BertBase_Google_ID0631_for_TensorFlow``, ``.../ModelZoo_CTPN_TF_HARD/...`` ->
+    ``ModelZoo_CTPN_TF_HARD``)."""
     parts = script.replace(os.sep, "/").split("/")
     for part in parts:
-        if "_for_" in part or "_ID" in part:
+        if "_for_" in part or "_ID" in part or part.startswith("ModelZoo_"):
             return part
     return "/".join(parts[-2:])
 
@@ -134,9 +172,10 @@ def main(argv=None):
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--summarize"]:
-        if len(argv) != 2 or not os.path.isdir(argv[1]):
-            parser.error("--summarize takes one folder kept by --keep; got %r" % argv[1:])
-        print_summary(summarize(load_reports(argv[1])), markdown=True)
+        if len(argv) < 2 or not all(os.path.isdir(folder) for folder in argv[1:]):
+            parser.error("--summarize takes one or more folders kept by --keep; got %r"
+                         % argv[1:])
+        print_summary(summarize(merge_reports(argv[1:])), markdown=True)
         return 0
     trying.add_arguments(parser)
     parser.add_argument("--steps", type=int, default=10, help="the doctor's --steps (default 10)")

@@ -88,10 +88,56 @@ def test_summarize_command_prints_the_counts_of_a_kept_folder(tmp_path):
     assert "  Bert_ID1_for_TensorFlow: manager_setting for wasted_start: 9 -> 0 of 10 (saved 9)" \
         in lines
     assert "| `wasted_start` | 1 (Bert_ID1_for_TensorFlow) |" in lines
+    assert "| script | saturation run | inf_nan run |" in lines
+    assert "| Gnmt_ID2_for_TensorFlow | ?, 3 steps, 0 skipped | ?, 0 steps, 0 skipped |" in lines
+    assert "| Crash_ID4_for_TensorFlow | no report | no report |" in lines
     refused = subprocess.run([sys.executable, DRIVER, "--summarize", str(tmp_path / "none")],
                              capture_output=True, text=True, check=False)
-    assert refused.returncode == 2 and "--summarize takes one folder kept by --keep" \
-        in refused.stderr
+    assert refused.returncode == 2 and \
+        "--summarize takes one or more folders kept by --keep" in refused.stderr
+
+
+def test_summarize_merges_folders_a_script_run_again_counted_once_with_its_later_report(
+        tmp_path):
+    """A second pass over two of the scripts: Gnmt, run again, now has a verified fix and a step
+    count of its own; Crash, run again, now has a report; the others stay as the first pass left
+    them."""
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    _kept_run(first)
+    _keep(second, 0, "b/Gnmt_ID2_for_TensorFlow/nmt.py", _report(
+        {"saturation": 30, "inf_nan": 30},
+        [_finding("wasted_start", "manager_setting",
+                  {"skipped_before": 20, "skipped_after": 2, "steps": 30})]))
+    _keep(second, 1, "d/Crash_ID4_for_TensorFlow/train.py", _report(
+        {"saturation": 0, "inf_nan": 0}, []))
+    driver = _driver()
+    counts = driver.summarize(driver.merge_reports([first, second]))
+    assert counts["scripts"] == 4
+    assert counts["no_report"] == []
+    assert counts["reached"] == ["a/Bert_ID1_for_TensorFlow/run.py",
+                                 "b/Gnmt_ID2_for_TensorFlow/nmt.py"]
+    assert counts["kinds"]["mode_source"] == ["a/Bert_ID1_for_TensorFlow/run.py"]
+    assert counts["kinds"]["wasted_start"] == ["a/Bert_ID1_for_TensorFlow/run.py",
+                                               "b/Gnmt_ID2_for_TensorFlow/nmt.py"]
+    assert [(f["script"], f["before"], f["after"], f["saved"]) for f in counts["fixes"]
+            if f["finding"] == "wasted_start"] == [
+                ("a/Bert_ID1_for_TensorFlow/run.py", 9, 0, 9),
+                ("b/Gnmt_ID2_for_TensorFlow/nmt.py", 20, 2, 18)]
+    proc = subprocess.run([sys.executable, DRIVER, "--summarize", first, second],
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout.splitlines()[0] == (
+        "scripts run through the doctor: 4; a loss-scale step reached: 2; no report: 0")
+
+
+def test_a_run_in_a_few_words():
+    driver = _driver()
+    assert driver.run_cell({"outcome": "completed", "steps": 2, "skipped_steps": 0}) == \
+        "completed, 2 steps, 0 skipped"
+    assert driver.run_cell({"outcome": "stopped", "steps": [{"skipped": True}],
+                            "outcome_detail": "stopped by the timeout"}) == \
+        "stopped, 1 step, 1 skipped: stopped by the timeout"
+    assert driver._short("x/cv/ModelZoo_CTPN_TF_HARD/ModelZoo_CTPN_TF_HARD/m/train.py") == \
+        "ModelZoo_CTPN_TF_HARD"
 
 
 def test_the_doctor_launcher_comes_before_tf1_the_script_and_its_arguments(tmp_path):
