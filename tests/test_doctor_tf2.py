@@ -1,7 +1,9 @@
 """npu-loss-scale doctor on TF2 scripts (tests/scripts/doctor/tf2_*.py): a GradScaler step in a
 ``tf.function``, Keras ``model.fit`` with the Keras ``NpuLossScaleOptimizer`` (overflowing at its
-first scales, and clean), and a custom loop with npu_device's optimizer. Each step's scale,
-next scale, skip and loss are recorded and the run ends at ``--steps``.
+first scales, and clean), a custom loop with npu_device's optimizer, and a tf.function step
+whose logged metric overflows. Each step's scale, next scale, skip and loss are recorded, the
+run ends at ``--steps``, and a site with no path to the loss or the gradients of its step's
+traced graph is benign.
 
 Every expected number is worked out here from the scripts: the gradient reaching each script's
 float16 value is the loss scale itself, so a scale overflows exactly when it exceeds float16's
@@ -67,9 +69,12 @@ def test_a_grad_scaler_step_in_a_tf_function_is_recorded(tmp_path_factory):
     site = report["sites"][0]
     assert len(report["sites"]) == 1 and site["dtype"] == "float16"
     assert site["steps"]["saturation"] == [1, 2, 3]
-    verdict = site["verdict"]["saturation"]
-    assert verdict["verdict"] == "unknown"
-    assert "in a tf.function with a GradScaler" in verdict["evidence"]
+    # a path leads from the cast to the applied gradient: harmful or not, only a replay could
+    # tell, and the doctor replays in a TF1 Session only
+    assert site["verdict"]["saturation"] == {
+        "verdict": "unknown", "method": "reachability", "evidence": "a path leads from %s to "
+        "the loss or an applied gradient of the step's tf.function, stepped by a GradScaler; the "
+        "doctor replays a step only in a TF1 Session" % site["op_name"]}
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +94,8 @@ def test_keras_fit_has_its_steps_recorded_and_stops_at_the_limit(keras_fit):
     sites = [s["sites"] for s in keras_fit["runs"]["saturation"]["steps"]]
     assert [bool(names) for names in sites] == [True, True, True, False, False]
     verdict = keras_fit["sites"][0]["verdict"]["saturation"]
-    assert verdict["verdict"] == "unknown"
-    assert "the Keras NpuLossScaleOptimizer" in verdict["evidence"]
+    assert (verdict["verdict"], verdict["method"]) == ("unknown", "reachability")
+    assert "stepped by the Keras NpuLossScaleOptimizer, in model.fit" in verdict["evidence"]
 
 
 def test_keras_fit_gets_the_keras_scaler_s_wasted_start(keras_fit):
@@ -122,3 +127,16 @@ def test_a_custom_loop_with_npu_device_s_optimizer_is_recorded(tmp_path_factory)
     scales, losses = _steps(report)
     assert scales == _halving_run(2.0 ** 17, 4)
     assert losses == [1.0] * 3 + [_f16(0.99)]
+
+
+def test_a_tf_function_step_s_metric_overflow_is_benign_by_reachability(tmp_path_factory):
+    # the float16 exp of a logged metric overflows (exp(20) > 65504) and reaches neither the
+    # loss nor the gradients: benign; the gradient (2**10 through a float16 cast) is finite
+    report = _doctor(tmp_path_factory, "tf2_grad_scaler_metric", steps=3)
+    assert report["outcome"] == "step_limit"
+    assert [s["op_name"] for s in report["sites"]] == ["Exp"]
+    verdict = report["sites"][0]["verdict"]["saturation"]
+    assert verdict == {"verdict": "benign", "method": "reachability", "evidence":
+                       "no path from Exp to the loss or any applied gradient of the step's "
+                       "tf.function, stepped by a GradScaler"}
+    assert len([f for f in report["findings"] if f["kind"] == "benign_overflow"]) == 1

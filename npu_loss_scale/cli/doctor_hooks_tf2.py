@@ -21,14 +21,14 @@ import sys
 
 import numpy as np
 
+from npu_loss_scale.cli import doctor_verdicts_tf2 as verdicts
 from npu_loss_scale.cli.doctor_hooks import wrap_init
 from npu_loss_scale.cli.doctor_record import StepLimit, scalar
 
-__all__ = ["install", "unknown_evidence"]
+__all__ = ["install", "site_verdict"]
 
 KERAS_FRONT_END = "NpuLossScaleOptimizer (Keras)"   # the name mode_findings knows
 _KERAS_MODULES = ("npu_loss_scale.frontends._keras2", "npu_loss_scale.frontends._keras3")
-_contexts = set()   # how this run's TF2 steps ran: "eagerly", "in a tf.function" (one run a process)
 
 
 # -- one step ------------------------------------------------------------------------------------
@@ -44,21 +44,24 @@ def _here(tensor):
     return not tf.executing_eagerly() and graph is tf.compat.v1.get_default_graph()
 
 
-def _record(rec, scale, next_scale, finite, loss):
+def _record(rec, scale, next_scale, finite, loss, gradients):
     """Records one step (eagerly: now, raising :class:`StepLimit` at the limit; in a graph: a
-    host callback that runs after ``next_scale`` and ``finite`` are read). ``loss`` may be
-    None or a tensor of another function (then None is recorded)."""
+    host callback that runs after ``next_scale`` and ``finite`` are read, and the graph kept for
+    the verdicts with ``loss`` and the applied ``gradients``). ``loss`` may be None or a tensor
+    of another function (then None is recorded)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from npu_loss_scale._internal.compat import py_func  # pylint: disable=import-outside-toplevel
-    loss = tf.reduce_mean(tf.cast(loss, tf.float64)) if _here(loss) else None
-    values = (scale, next_scale, finite, loss)
+    loss = loss if _here(loss) else None
+    mean = None if loss is None else tf.reduce_mean(tf.cast(loss, tf.float64))
+    values = (scale, next_scale, finite, mean)
     if tf.executing_eagerly():
-        _contexts.add("eagerly")
+        verdicts.ran("eagerly")
         _note(rec, *[None if v is None else float(np.asarray(v)) for v in values])
         if rec.limit_reached:
             raise StepLimit()
         return None
-    _contexts.add("in a tf.function")
+    verdicts.ran("in a tf.function")
+    verdicts.remember(tf.compat.v1.get_default_graph(), loss, gradients)
     present = [v is not None for v in values]
     inputs = [tf.cast(v, tf.float64) if ok else tf.constant(np.nan, tf.float64)
               for v, ok in zip(values, present)]
@@ -97,32 +100,40 @@ def patch_grad_scaler(rec):
     from npu_loss_scale.frontends import grad_scaler  # pylint: disable=import-outside-toplevel
     cls = grad_scaler.GradScaler
     wrap_init(rec, cls, "grad_scaler", front_end="GradScaler")
-    scale, update = cls.scale, cls.update
+    scale, step, update = cls.scale, cls.step, cls.update
 
     def scale_and_keep(self, outputs):
         self.__dict__["_doctor_loss"] = outputs
         return scale(self, outputs)
 
+    def step_and_keep(self, optimizer, grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        kept = self.__dict__.setdefault("_doctor_grads", [])
+        kept.extend(p[0] for p in grads_and_vars   # step() itself refuses anything but pairs
+                    if isinstance(p, tuple) and len(p) == 2 and p[0] is not None)
+        return step(self, optimizer, grads_and_vars, *args, **kwargs)
+
     def update_and_record(self, new_scale=None):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         if not self._py.enabled or self._async():   # pylint: disable=protected-access
             return update(self, new_scale)   # nothing to record / steps of an optimizer thread
-        found = [s["found_inf"] for s in self._per_optimizer_states.values()  # pylint: disable=protected-access
-                 if s.get("found_inf") is not None]
+        states = self._per_optimizer_states.values()  # pylint: disable=protected-access
+        found = [s["found_inf"] for s in states if s.get("found_inf") is not None]
         used = self.get_scale()
         out = update(self, new_scale)
         loss = self.__dict__.pop("_doctor_loss", None)
+        grads = self.__dict__.pop("_doctor_grads", [])
         finite = None
         if found and new_scale is None:
             finite = tf.equal(tf.add_n([tf.cast(f, tf.float32) for f in found]), 0.0)
         if tf.executing_eagerly():
-            _record(rec, used, self.get_scale(), finite, loss)
+            _record(rec, used, self.get_scale(), finite, loss, grads)
             return out
         with tf.control_dependencies([out] if out is not None else []):
-            noted = _record(rec, used, self.get_scale(), finite, loss)
+            noted = _record(rec, used, self.get_scale(), finite, loss, grads)
         return tf.group(out, noted, name="doctor_update") if out is not None else noted
 
-    cls.scale, cls.update = scale_and_keep, update_and_record
+    cls.scale, cls.step, cls.update = scale_and_keep, step_and_keep, update_and_record
 
 
 # -- the Keras NpuLossScaleOptimizer -----------------------------------------------------------
@@ -192,16 +203,19 @@ def _patch_keras_class(rec, cls, keras3):
     name = "apply" if keras3 else "apply_gradients"
     apply = getattr(cls, name)
 
-    def apply_and_record(self, *args, **kwargs):
+    def apply_and_record(self, grads, *args, **kwargs):
+        grads = list(grads)   # Keras 3: gradients; Keras 2: (gradient, variable) pairs
         if not keras3:
             self.__dict__["_doctor_scale"] = tf.convert_to_tensor(self.loss_scale)
-        out = apply(self, *args, **kwargs)
+        out = apply(self, grads, *args, **kwargs)
         used = self.__dict__.pop("_doctor_scale", None)
         loss = self.__dict__.pop("_doctor_loss", None)
         if not _here(used):
             return out   # no step decided here (no gradients, or another replica's function)
         finite = tf.convert_to_tensor(self.last_step_finite)
-        noted = _record(rec, used, tf.convert_to_tensor(self.loss_scale), finite, loss)
+        applied = grads if keras3 else [g for g, _ in grads]
+        noted = _record(rec, used, tf.convert_to_tensor(self.loss_scale), finite, loss,
+                        [g for g in applied if g is not None])
         if noted is None or not isinstance(out, tf.Operation):
             return out   # a graph keeps the callback (a stateful op of the function)
         return tf.group(out, noted, name="doctor_apply")
@@ -232,15 +246,9 @@ def _wrap_keras_init(rec, cls):
     cls.__init__ = __init__
 
 
-# -- verdicts -------------------------------------------------------------------------------------
-def unknown_evidence(front_end):
-    """Why a site of a TF2 step keeps the verdict "unknown", naming the front end and how its
-    steps ran."""
-    ran = " and ".join(sorted(_contexts)) or "outside a TF1 Session"
-    who = {"GradScaler": "a GradScaler", KERAS_FRONT_END: "the Keras NpuLossScaleOptimizer "
-           "(model.fit or a custom loop)"}.get(front_end, front_end or "no known front end")
-    return ("the step ran %s with %s: the doctor decides a site's verdict by graph reachability "
-            "and replay in a TF1 Session only" % (ran, who))
+def site_verdict(op_name, front_end):
+    """The verdict of a site of a TF2 step (:func:`.doctor_verdicts_tf2.verdict`)."""
+    return verdicts.verdict(op_name, front_end)
 
 
 def install(rec):
