@@ -24,6 +24,7 @@ import sys
 
 from npu_loss_scale import __version__
 from npu_loss_scale.cli import doctor_args, doctor_verify
+from npu_loss_scale.cli.doctor_checkpoints import Ledger
 from npu_loss_scale.cli.doctor_process import run_script
 from npu_loss_scale.tools.doctor import report as _report
 from npu_loss_scale.tools.doctor.site_findings import site_findings
@@ -93,13 +94,17 @@ def diagnose(args, command, log=print):
     """Runs the doctor for parsed ``args``; returns ``(report, paths written)``."""
     script = args.script if not args.as_module else "-m " + args.script
     results = {}
-    stopped = False
+    interrupted = False   # Ctrl-C ends all runs; a run's --timeout ends that run only
+    ledger = Ledger()     # the checkpoints each run wrote: no later run resumes from them
     for mode in args.modes:
-        if stopped:
+        if interrupted:
             break
         log("doctor: %s mode, up to %d steps ..." % (mode, args.steps))
-        results[mode] = run_script(args, mode, name=mode)
-        stopped = results[mode]["outcome"] == "stopped"
+        results[mode] = run_script(args, mode, name=mode, ledger=ledger)
+        interrupted = results[mode].get("stopped_by") == "SIGINT"
+        if results[mode].get("stopped_by") == "timeout":
+            log("doctor: the %s run was stopped by --timeout after %d steps; going on"
+                % (mode, len(results[mode].get("steps", []))))
     first = results[args.modes[0]]
     runs = {mode: _report.run_entry(result) for mode, result in results.items()}
     report = {
@@ -127,8 +132,8 @@ def diagnose(args, command, log=print):
             "evidence": "; ".join("%s mode: %d steps, none skipped" % (m, len(r["steps"]))
                                   for m, r in runs.items()),
             "site": None, "fix": None, "verified": None})
-    if not args.no_verify and not stopped:
-        doctor_verify.verify(report, args, log)
+    if not args.no_verify and not interrupted:
+        doctor_verify.verify(report, args, log, ledger)
     return report, _write(report, args.out, log)
 
 

@@ -6,7 +6,7 @@ and ``set_device_sat_mode`` (each call recorded)."""
 import inspect
 import os
 
-from npu_loss_scale.cli.doctor_record import StepLimit
+from npu_loss_scale.cli.doctor_record import StepLimit, Stopped
 from npu_loss_scale.cli.doctor_replay import judge
 
 __all__ = ["install", "wrap_init", "in_estimator"]
@@ -71,25 +71,40 @@ def patch_optimizer(rec):
     cls.compute_gradients, cls.apply_gradients = compute_gradients, apply_gradients
 
 
+def _judge(rec, sess):
+    """doctor_replay.judge, cut short when the run is asked to stop (no further replay starts;
+    the sites left are marked not judged)."""
+    rec.judging = list(rec.pending)
+    try:
+        if not rec.stop_requested:
+            judge(rec, sess)
+    finally:
+        if rec.stop_requested:
+            rec.mark_not_judged()
+        rec.judging = []
+
+
 def patch_session(rec):
     from tensorflow.python.client import session  # pylint: disable=import-outside-toplevel
     original, original_close = session.BaseSession.run, session.BaseSession.close
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        if rec.in_replay:
+        if rec.in_replay:   # the replay's own runs (doctor_replay calls BaseSession.run)
+            if rec.stop_requested:
+                raise Stopped()
             return original(self, fetches, feed_dict, options, run_metadata)
         before = len(rec.steps)
         out = original(self, fetches, feed_dict, options, run_metadata)
         if len(rec.steps) > before:
             rec.last_feeds[self.graph] = feed_dict
         if rec.limit_reached:
-            judge(rec, self)
+            _judge(rec, self)
             raise StepLimit()
         return out
 
     def close(self):
         if not rec.in_replay and not getattr(self, "_closed", True):
-            judge(rec, self)
+            _judge(rec, self)
         return original_close(self)
 
     session.BaseSession.run, session.BaseSession.close = run, close

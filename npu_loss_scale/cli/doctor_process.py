@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+from npu_loss_scale.cli.doctor_checkpoints import describe
+
 __all__ = ["run_script", "mixlist_supported"]
 
 
@@ -49,10 +51,15 @@ def _stop(proc):
             proc.wait()
 
 
-def run_script(args, mode, name, settings=None, mixlist=None):
+def run_script(args, mode, name, settings=None, mixlist=None, ledger=None):  # pylint: disable=too-many-arguments
     """Runs the script once in ``mode`` ("saturation" or "inf_nan"), ``settings`` replacing the
     manager's or scaler's constructor arguments of those names and ``mixlist`` (Ascend's
-    modify_mixlist JSON, a dict) applied; the run's result (see doctor_run)."""
+    modify_mixlist JSON, a dict) applied; the run's result (see doctor_run). ``ledger`` (a
+    :class:`~npu_loss_scale.cli.doctor_checkpoints.Ledger`) holds the checkpoints earlier runs
+    wrote, which this run does not resume from, and takes in this run's.
+
+    The result's ``stopped_by`` is ``"timeout"`` (this run alone was stopped: the doctor goes
+    on) or ``"SIGINT"`` (Ctrl-C: the doctor ends its runs) when the doctor stopped it."""
     folder = os.path.join(args.out, "runs")
     os.makedirs(folder, exist_ok=True)
     base = os.path.join(folder, name)
@@ -61,7 +68,9 @@ def run_script(args, mode, name, settings=None, mixlist=None):
         if os.path.exists(stale):
             os.remove(stale)
     with open(base + ".config.json", "w", encoding="utf-8") as out:
-        json.dump({"steps": args.steps, "settings": settings or {}}, out)
+        config = {"steps": args.steps, "settings": settings or {}}
+        config.update(ledger.config() if ledger is not None else {})
+        json.dump(config, out)
     mixlist_path = None
     if mixlist is not None:
         mixlist_path = base + ".mixlist.json"
@@ -72,16 +81,17 @@ def run_script(args, mode, name, settings=None, mixlist=None):
                    args, mode, base + ".overflow.jsonl", mixlist_path)
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    stopped_here = None
+    stopped_here = stopped_by = None
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)  # pylint: disable=consider-using-with
         try:
             proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             stopped_here = "stopped after the --timeout of %g s" % args.timeout
+            stopped_by = "timeout"
             _stop(proc)
         except KeyboardInterrupt:
-            stopped_here = "stopped by SIGINT"
+            stopped_here, stopped_by = "stopped by SIGINT", "SIGINT"
             _stop(proc)
     try:
         with open(result_path, encoding="utf-8") as handle:
@@ -91,9 +101,10 @@ def run_script(args, mode, name, settings=None, mixlist=None):
                   "outcome_detail": "the run ended (exit code %s) without a result; the end "
                                     "of its log:\n%s" % (proc.returncode, _tail(log_path))}
     if stopped_here is not None:
-        result["outcome"] = "stopped"
-        result["outcome_detail"] = "%s after %d steps" % (stopped_here,
-                                                          len(result.get("steps", [])))
+        result["outcome"], result["stopped_by"] = "stopped", stopped_by
+        result["outcome_detail"] = "%s after %d steps%s" % (
+            stopped_here, len(result.get("steps", [])),
+            describe(result.get("checkpoints_ignored")))
     elif result.get("outcome") is None:  # ended between two steps without its last word
         result["outcome"] = "crashed"
         result["outcome_detail"] = "the run ended (exit code %s) before it said how; the end " \
@@ -101,4 +112,6 @@ def run_script(args, mode, name, settings=None, mixlist=None):
     elif result.get("outcome") == "crashed" and not result.get("outcome_detail"):
         result["outcome_detail"] = _tail(log_path)
     result["log"] = log_path
+    if ledger is not None:
+        ledger.add(name, result)
     return result

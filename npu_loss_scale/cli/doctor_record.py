@@ -43,22 +43,44 @@ class Recorder:  # pylint: disable=too-many-instance-attributes
         self.targets = {}      # graph -> (loss, applied gradients)
         self.last_feeds = {}   # graph -> the feeds of its last step
         self.pending = []      # sites seen and not yet judged: (op_name, direction, dtype)
+        self.judging = []      # the sites of the replay under way
         self.limit_reached = False
         self.in_replay = False
+        self.finished = False        # the main thread's last write is under way
+        self.stop_requested = None   # "SIGTERM" or "SIGINT" once the run is asked to end
+        self.checkpoints_written, self.checkpoint_states, self.checkpoints_ignored = [], {}, []
         self.outcome, self.detail = None, ""
 
     # -- the result file ---------------------------------------------------------------------
     def write(self):
         with self.lock:
             from npu_loss_scale.device import register  # pylint: disable=import-outside-toplevel
+            # copies: the stop watchdog writes while the main thread may still be replaying
             body = {"outcome": self.outcome, "outcome_detail": self.detail, "stack": stack(),
-                    "front_end": self.front_end, "scaler": self.scaler, "steps": self.steps,
-                    "sat_mode_calls": self.sat_mode_calls, "verdicts": self.verdicts,
-                    "effective_sat_mode": register.get_device_sat_mode()}
+                    "front_end": self.front_end, "scaler": dict(self.scaler),
+                    "steps": list(self.steps), "sat_mode_calls": list(self.sat_mode_calls),
+                    "verdicts": dict(self.verdicts),
+                    "effective_sat_mode": register.get_device_sat_mode(),
+                    "checkpoints_written": list(self.checkpoints_written),
+                    "checkpoint_states": dict(self.checkpoint_states),
+                    "checkpoints_ignored": list(self.checkpoints_ignored)}
             tmp = self.result_path + ".tmp"
             with open(tmp, "w", encoding="utf-8") as out:
                 json.dump(body, out)
             os.replace(tmp, self.result_path)
+
+    def mark_not_judged(self):
+        """The sites of the replay under way that a stopped run did not judge: unknown."""
+        for site in list(self.judging) + list(self.pending):
+            key = site_key(site[0], site[1])
+            if key not in self.verdicts:
+                self.verdicts[key] = {
+                    "op_name": site[0], "direction": site[1], "dtype": site[2],
+                    "op_type": None, "magnitude": number(site[3]), "verdict": "unknown",
+                    "method": "none",
+                    "evidence": "not judged: the run was stopped (%s) before its replay "
+                                "decided this site" % self.stop_requested}
+        self.pending = []
 
     # -- one step -------------------------------------------------------------------------------
     def step(self, loss_scale, next_loss_scale, finite, loss):

@@ -20,20 +20,15 @@ RESULT.json CONFIG.json -- <npu-emulate arguments>``. Around the emulation this 
 """
 import json
 import os
-import signal
 import sys
 import traceback
 
-from npu_loss_scale.cli import doctor_hooks, doctor_hooks_tf2
+from npu_loss_scale.cli import doctor_checkpoints, doctor_hooks, doctor_hooks_tf2, doctor_stop
 from npu_loss_scale.cli.doctor_record import Recorder, StepLimit, Stopped, number, site_key
 
 __all__ = ["main"]
 
 _KERAS_MODULES = ("npu_loss_scale.frontends._keras3", "npu_loss_scale.frontends._keras2")
-
-
-def _on_sigterm(signum, frame):  # pylint: disable=unused-argument
-    raise Stopped()
 
 
 def main(argv=None):
@@ -44,9 +39,10 @@ def main(argv=None):
     with open(config_path, encoding="utf-8") as handle:
         config = json.load(handle)
     rec = Recorder(result_path, config)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    doctor_stop.install(rec)
     try:
         doctor_hooks.install(rec)
+        doctor_checkpoints.install(rec, config)
         doctor_hooks_tf2.install(rec)
         from npu_loss_scale.cli import emulate  # pylint: disable=import-outside-toplevel
         code = emulate.main(emulate_argv, prog="npu-loss-scale doctor")
@@ -57,7 +53,8 @@ def main(argv=None):
     except (KeyboardInterrupt, Stopped) as err:
         rec.outcome = "stopped"
         rec.detail = "stopped by %s after %d steps" % (
-            "SIGINT" if isinstance(err, KeyboardInterrupt) else "SIGTERM", len(rec.steps))
+            rec.stop_requested or ("SIGINT" if isinstance(err, KeyboardInterrupt) else "SIGTERM"),
+            len(rec.steps))
     except SystemExit as err:
         ok = err.code in (None, 0)
         rec.outcome = "completed" if ok else "crashed"
@@ -65,6 +62,9 @@ def main(argv=None):
     except BaseException:  # pylint: disable=broad-except
         rec.outcome = "crashed"
         rec.detail = "".join(traceback.format_exc().splitlines(True)[-6:])
+    if rec.stop_requested and rec.outcome != "stopped":  # the script turned the stop into
+        rec.outcome = "stopped"                           # an error or its own exit
+        rec.detail = "stopped by %s after %d steps" % (rec.stop_requested, len(rec.steps))
     for op_name, direction, dtype, magnitude, _, _ in rec.pending:  # never seen in a Session
         rec.verdicts[site_key(op_name, direction)] = {
             "op_name": op_name, "direction": direction, "dtype": dtype, "op_type": None,
@@ -77,7 +77,10 @@ def main(argv=None):
     if rec.outcome == "completed" and not rec.steps and rec.front_end is None:
         rec.outcome = "no_loss_scale_optimizer"
         rec.detail = "the script ended without building a loss-scale optimizer or scaler"
-    rec.write()
+    rec.detail += doctor_checkpoints.describe(rec.checkpoints_ignored)
+    with rec.lock:
+        rec.finished = True
+        rec.write()
     sys.stdout.flush()
     os._exit(0)  # pylint: disable=protected-access  # no atexit work of the stopped script
 

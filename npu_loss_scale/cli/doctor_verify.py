@@ -29,9 +29,12 @@ def _other(mode):
     return "inf_nan" if mode == "saturation" else "saturation"
 
 
-def verify(report, args, log):
-    """Fills ``verified`` of the report's findings whose fix applies without an edit."""
+def verify(report, args, log, ledger=None):
+    """Fills ``verified`` of the report's findings whose fix applies without an edit, from the
+    runs that recorded steps; ``ledger`` the runs' checkpoints (doctor_checkpoints.Ledger).
+    Ctrl-C in a re-run ends the verification."""
     made = {}
+    interrupted = []
 
     def run(mode, settings=None, mixlist=None):
         key = (mode, json.dumps(settings, sort_keys=True), json.dumps(mixlist, sort_keys=True))
@@ -42,7 +45,9 @@ def verify(report, args, log):
                 name = "verify-%d-%s" % (len(made) + 1, mode)
                 log("doctor: verifying a fix (%s mode, %s) ..." % (
                     mode, settings or mixlist or "as run"))
-                made[key] = _report.run_entry(run_script(args, mode, name, settings, mixlist))
+                result = run_script(args, mode, name, settings, mixlist, ledger=ledger)
+                interrupted.append(result.get("stopped_by") == "SIGINT")
+                made[key] = _report.run_entry(result)
         return made[key]
 
     mixlist_ok = None
@@ -50,9 +55,11 @@ def verify(report, args, log):
         fix = finding.get("fix")
         if not fix or not fix.get("applies_without_edit") or finding["severity"] == "info":
             continue  # an info finding costs no step: nothing to verify
+        if any(interrupted):
+            break
         mode = (finding.get("modes") or list(report["runs"]))[0]
-        if mode not in report["runs"]:
-            continue
+        if mode not in report["runs"] or not report["runs"][mode]["steps"]:
+            continue   # no run to compare with (not made, or stopped before its first step)
         kind = fix["kind"]
         after_mode = mode
         if kind == "sat_mode":
