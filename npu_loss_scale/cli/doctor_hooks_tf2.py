@@ -200,14 +200,22 @@ def _patch_keras_class(rec, cls, keras3):
             return check(self, grads)
 
         cls.check_finite = check_finite
-    name = "apply" if keras3 else "apply_gradients"
+    name, first = ("apply", "grads") if keras3 else ("apply_gradients", "grads_and_vars")
     apply = getattr(cls, name)
 
-    def apply_and_record(self, grads, *args, **kwargs):
-        grads = list(grads)   # Keras 3: gradients; Keras 2: (gradient, variable) pairs
+    def apply_and_record(self, *args, **kwargs):
+        # Keras 3: apply(grads, ...), gradients; Keras 2: apply_gradients(grads_and_vars, ...),
+        # (gradient, variable) pairs; either may be an iterator, read once here
+        if args:
+            grads = list(args[0])
+            args = (grads,) + args[1:]
+        elif first in kwargs:
+            grads = kwargs[first] = list(kwargs[first])
+        else:
+            return apply(self, *args, **kwargs)   # Keras's own error names what is missing
         if not keras3:
             self.__dict__["_doctor_scale"] = tf.convert_to_tensor(self.loss_scale)
-        out = apply(self, grads, *args, **kwargs)
+        out = apply(self, *args, **kwargs)
         used = self.__dict__.pop("_doctor_scale", None)
         loss = self.__dict__.pop("_doctor_loss", None)
         if not _here(used):

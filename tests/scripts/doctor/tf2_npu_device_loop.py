@@ -27,7 +27,7 @@ def train_step(inputs):
     grads = tape.gradient(scaled, [w])
     if hasattr(optimizer, "get_unscaled_gradients"):
         grads = optimizer.get_unscaled_gradients(grads)
-    optimizer.apply_gradients(zip(grads, [w]))
+    optimizer.apply_gradients(grads_and_vars=zip(grads, [w]))
     return loss
 
 
