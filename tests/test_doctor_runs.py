@@ -149,3 +149,19 @@ def test_sigterm_in_the_replay_ends_the_run_with_its_steps(tmp_path):
         verdict = site["verdict"]["saturation"]
         assert verdict["verdict"] == "unknown" and verdict["method"] == "none", site
         assert "not judged: the run was stopped (SIGTERM)" in verdict["evidence"]
+
+
+def test_steps_carry_the_largest_safe_scale_and_the_wasted_start_uses_it(tmp_path):
+    """wasted_start.py: the kernel's gradient of sum(x @ kernel) with x all ones is 1 (applied
+    unscaled) and passes a float16 matmul: the largest power of two S with S * 1 < 65504 is
+    2**15; the steps skipped at 2**32 ... 2**16 overflowed at their own scale (0)."""
+    out = tmp_path / "report"
+    report = run_doctor(os.path.join(SCRIPTS, "wasted_start.py"), out=str(out), steps=19,
+                        modes="saturation", verify=False)
+    steps = json.loads((out / "runs" / "saturation.result.json").read_text())["steps"]
+    assert [s["max_safe_scale"] for s in steps] == [0.0] * 17 + [2.0 ** 15] * 2
+    waste = [f for f in report["findings"] if f["kind"] == "wasted_start"]
+    assert len(waste) == 1
+    assert "largest safe scale 32768 (2**15)) skips exactly 17 steps" in waste[0]["evidence"]
+    # the graph computes in float16: no finding about a float32 script's matmuls
+    assert not [f for f in report["findings"] if f["kind"] == "fp32_to_fp16"]

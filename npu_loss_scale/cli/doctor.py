@@ -52,9 +52,9 @@ def _other_findings(report, results, args):
         config_findings = None
     if config_findings is not None and report["scaler"]["kind"] is not None:
         seen = {}
-        for mode, run in report["runs"].items():
-            for finding in config_findings.config_findings(report["scaler"], run["steps"],
-                                                           run=mode):
+        for mode in report["runs"]:   # the run's own steps: they carry max_safe_scale
+            for finding in config_findings.config_findings(report["scaler"],
+                                                           results[mode]["steps"], run=mode):
                 same = seen.get((finding["kind"], finding["title"]))
                 if same is not None:  # the other run found the same: one finding, both modes
                     same["modes"].append(mode)
@@ -73,8 +73,20 @@ def _other_findings(report, results, args):
         call_site="%s line %s" % (calls[-1]["file"], calls[-1]["line"]) if calls else None)
     mode.update(precision_mode=args.precision_mode, saturate_every_op=True)
     out.extend(mode_findings.mode_findings(mode, report["runs"], report["front_end"],
-                                           args.precision_mode))
+                                           args.precision_mode,
+                                           float32_script=_float32_script(report, results)))
     return out, mode
+
+
+def _float32_script(report, results):
+    """Whether the script computes in float32: known for the TF1 front ends, whose runs record
+    whether the train op's graph holds a float16 op (None: not known)."""
+    if any(r.get("float16_graph") for r in results.values()):
+        return False
+    if report["front_end"] in ("NPULossScaleOptimizer", "Estimator") and all(
+            "float16_graph" in r for r in results.values()):
+        return True
+    return None
 
 
 def _default_mode(results, args):

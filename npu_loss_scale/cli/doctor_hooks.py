@@ -56,11 +56,17 @@ def patch_optimizer(rec):
         inputs.append(tf.cast(tf.reduce_mean(loss), tf.float64) if loss is not None
                       else tf.constant(np.nan, tf.float64))
         present = [k in report for k in keys] + [loss is not None]
+        facing = _float16_facing(tf, grads, rec)   # their largest magnitude (-1: none)
+        inputs.append(tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(tf.cast(g, tf.float64)))
+                                              for g in facing])) if facing
+                      else tf.constant(-1.0, tf.float64))
 
-        def note(scale, next_scale, finite, value):
+        def note(scale, next_scale, finite, value, largest):
             vals = [v if ok else None for v, ok in zip((scale, next_scale, finite, value),
                                                        present)]
-            rec.step(vals[0], vals[1], None if vals[2] is None else bool(vals[2]), vals[3])
+            finite = None if vals[2] is None else bool(vals[2])
+            rec.step(vals[0], vals[1], finite, vals[3],
+                     max_safe_scale=_max_safe_scale(finite, float(largest)))
             return np.int64(len(rec.steps))
 
         with tf.control_dependencies([train_op]):
@@ -82,6 +88,38 @@ def _judge(rec, sess):
         if rec.stop_requested:
             rec.mark_not_judged()
         rec.judging = []
+
+
+def _float16_facing(tf, grads, rec):
+    """The applied gradients that meet float16: the float16 ones; and the float32 ones too when
+    the graph computes in float16 (a mixed model's float32 weights get their gradients through
+    float16 casts) or the run's precision_mode turns float32 into float16. Records whether the
+    graph holds float16 ops."""
+    graph = tf.compat.v1.get_default_graph()
+    rec.float16_graph = rec.float16_graph or any(
+        t.dtype == tf.float16 for op in graph.get_operations() if "_precision/" not in op.name
+        for t in op.outputs)
+    if rec.float16_graph or rec.settings_precision in (
+            "allow_fp32_to_fp16", "allow_mix_precision", "allow_mix_precision_fp16"):
+        return [g for g in grads if g.dtype in (tf.float16, tf.float32)]
+    return [g for g in grads if g.dtype == tf.float16]
+
+
+def _max_safe_scale(finite, largest):
+    """The largest power-of-two scale the step's float16-facing gradients allow
+    (config_findings' ``max_safe_scale``), from ``largest``, their largest magnitude as applied
+    (the optimizer's compute_gradients returns them unscaled): "inf" with no such gradient, 0
+    for a step that overflowed at its own scale, None when the step's finiteness is not known
+    or the gradients are all 0."""
+    from npu_loss_scale.tools.advisor import (  # pylint: disable=import-outside-toplevel
+        _largest_safe_scale)
+    if largest < 0:
+        return "inf"
+    if finite is False:
+        return 0.0
+    if finite is None:
+        return None
+    return _largest_safe_scale(largest, 65504.0)
 
 
 def patch_session(rec):

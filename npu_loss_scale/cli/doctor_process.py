@@ -68,7 +68,8 @@ def run_script(args, mode, name, settings=None, mixlist=None, ledger=None):  # p
         if os.path.exists(stale):
             os.remove(stale)
     with open(base + ".config.json", "w", encoding="utf-8") as out:
-        config = {"steps": args.steps, "settings": settings or {}}
+        config = {"steps": args.steps, "settings": settings or {},
+                  "precision_mode": args.precision_mode}
         config.update(ledger.config() if ledger is not None else {})
         json.dump(config, out)
     mixlist_path = None

@@ -44,6 +44,8 @@ class Recorder:  # pylint: disable=too-many-instance-attributes
         self.last_feeds = {}   # graph -> the feeds of its last step
         self.pending = []      # sites seen and not yet judged: (op_name, direction, dtype)
         self.judging = []      # the sites of the replay under way
+        self.settings_precision = config.get("precision_mode")
+        self.float16_graph = False   # a float16 op in a train op's graph (not precision_mode's)
         self.limit_reached = False
         self.in_replay = False
         self.finished = False        # the main thread's last write is under way
@@ -63,7 +65,8 @@ class Recorder:  # pylint: disable=too-many-instance-attributes
                     "effective_sat_mode": register.get_device_sat_mode(),
                     "checkpoints_written": list(self.checkpoints_written),
                     "checkpoint_states": dict(self.checkpoint_states),
-                    "checkpoints_ignored": list(self.checkpoints_ignored)}
+                    "checkpoints_ignored": list(self.checkpoints_ignored),
+                    "float16_graph": self.float16_graph}
             tmp = self.result_path + ".tmp"
             with open(tmp, "w", encoding="utf-8") as out:
                 json.dump(body, out)
@@ -83,7 +86,7 @@ class Recorder:  # pylint: disable=too-many-instance-attributes
         self.pending = []
 
     # -- one step -------------------------------------------------------------------------------
-    def step(self, loss_scale, next_loss_scale, finite, loss):
+    def step(self, loss_scale, next_loss_scale, finite, loss, max_safe_scale=None):
         from npu_loss_scale.device import localisation  # pylint: disable=import-outside-toplevel
         with self.lock:
             record = localisation.last_record()
@@ -103,6 +106,8 @@ class Recorder:  # pylint: disable=too-many-instance-attributes
                 "next_loss_scale": number(next_loss_scale),
                 "skipped": None if finite is None else not bool(finite),
                 "loss": number(loss), "sites": sites})
+            if max_safe_scale is not None:
+                self.steps[-1]["max_safe_scale"] = number(max_safe_scale)
             if len(self.steps) >= self.steps_wanted:
                 self.limit_reached = True
             self.write()
