@@ -23,10 +23,10 @@ SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts", "doctor")
 F16_MAX = 65504.0
 
 
-def _doctor(factory, name, *args, steps):
+def _doctor(factory, name, *args, steps, verify=False):
     out = factory.mktemp(name)
     return run_doctor(os.path.join(SCRIPTS, name + ".py"), *args, out=str(out), steps=steps,
-                      modes="saturation", verify=False)
+                      modes="saturation", verify=verify)
 
 
 def _halving_run(start, steps):
@@ -102,6 +102,22 @@ def test_keras_fit_gets_the_keras_scaler_s_wasted_start(keras_fit):
     wasted = [f for f in keras_fit["findings"] if f["kind"] == "wasted_start"]
     assert len(wasted) == 1 and wasted[0]["numbers"]["wasted_steps"] == [3, 3]
     assert wasted[0]["fix"]["settings"] == {"initial_scale": 2.0 ** 15}
+
+
+def test_the_keras_fit_start_setting_is_verified_by_a_re_run(tmp_path_factory):
+    # from 2**20, five scales overflow (2**20 ... 2**16 > 65504): a warning, so the doctor
+    # re-runs the script with the initial_scale it recommends (the first applied step's scale)
+    report = _doctor(tmp_path_factory, "tf2_keras_fit", "--initial-scale", str(2.0 ** 20),
+                     steps=7, verify=True)
+    expected = _halving_run(2.0 ** 20, 7)
+    leading = next(i for i, (_, skipped, _) in enumerate(expected) if not skipped)
+    wasted = [f for f in report["findings"] if f["kind"] == "wasted_start"]
+    assert len(wasted) == 1 and wasted[0]["severity"] == "warning"
+    assert wasted[0]["numbers"]["wasted_steps"] == [leading, leading] == [5, 5]
+    assert wasted[0]["fix"]["settings"] == {"initial_scale": expected[leading][0]}
+    verified = wasted[0]["verified"]
+    assert (verified["skipped_before"], verified["skipped_after"]) == (5, 0)
+    assert verified["loss_scale_after"] == [2.0 ** 15] * 7
 
 
 def test_a_clean_keras_fit_is_reported_clean(tmp_path_factory):
