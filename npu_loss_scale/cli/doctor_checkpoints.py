@@ -108,8 +108,12 @@ class _Filter:
             kept = [p for p in self.states.get(key, []) if not self.foreign(p)]
         if not kept:
             return None
+        stamps = dict(zip(ckpt.all_model_checkpoint_paths, ckpt.all_model_checkpoint_timestamps))
         del ckpt.all_model_checkpoint_paths[:]
         ckpt.all_model_checkpoint_paths.extend(kept)
+        del ckpt.all_model_checkpoint_timestamps[:]   # CheckpointManager pairs the two lists
+        if all(p in stamps for p in kept):
+            ckpt.all_model_checkpoint_timestamps.extend(stamps[p] for p in kept)
         ckpt.model_checkpoint_path = kept[-1]
         return ckpt
 
@@ -144,8 +148,8 @@ def install(rec, config):
 
     module.update_checkpoint_state_internal = update_checkpoint_state_internal
     for loaded in list(sys.modules.values()):  # the aliases (tf.train, saver's own name)
-        try:
-            if getattr(loaded, "get_checkpoint_state", None) is get_state:
+        try:   # the module's own dict: no lazy loading, no moved-module warning
+            if vars(loaded).get("get_checkpoint_state") is get_state:
                 loaded.get_checkpoint_state = get_checkpoint_state
-        except Exception:  # pylint: disable=broad-except  # lazy modules that refuse
+        except TypeError:  # an object without __dict__ in sys.modules
             continue
