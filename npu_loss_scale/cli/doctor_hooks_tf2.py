@@ -108,9 +108,10 @@ def patch_grad_scaler(rec):
 
     def step_and_keep(self, optimizer, grads_and_vars, *args, **kwargs):
         grads_and_vars = list(grads_and_vars)
-        kept = self.__dict__.setdefault("_doctor_grads", [])
-        kept.extend(p[0] for p in grads_and_vars   # step() itself refuses anything but pairs
-                    if isinstance(p, tuple) and len(p) == 2 and p[0] is not None)
+        if self._py.enabled and not self._async():   # pylint: disable=protected-access
+            kept = self.__dict__.setdefault("_doctor_grads", [])   # until update() takes them
+            kept.extend(p[0] for p in grads_and_vars  # step() itself refuses all but pairs
+                        if isinstance(p, tuple) and len(p) == 2 and p[0] is not None)
         return step(self, optimizer, grads_and_vars, *args, **kwargs)
 
     def update_and_record(self, new_scale=None):
@@ -124,7 +125,7 @@ def patch_grad_scaler(rec):
         loss = self.__dict__.pop("_doctor_loss", None)
         grads = self.__dict__.pop("_doctor_grads", [])
         finite = None
-        if found and new_scale is None:
+        if found:   # step() skipped the update when one of them is set
             finite = tf.equal(tf.add_n([tf.cast(f, tf.float32) for f in found]), 0.0)
         if tf.executing_eagerly():
             _record(rec, used, self.get_scale(), finite, loss, grads)

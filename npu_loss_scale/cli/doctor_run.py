@@ -66,14 +66,10 @@ def main(argv=None):
         rec.outcome = "stopped"                           # an error or its own exit
         rec.detail = "stopped by %s after %d steps" % (rec.stop_requested, len(rec.steps))
     for op_name, direction, dtype, magnitude, _, _ in rec.pending:  # never seen in a Session
-        rec.verdicts[site_key(op_name, direction)] = {
-            "op_name": op_name, "direction": direction, "dtype": dtype, "op_type": None,
-            "magnitude": number(magnitude), "verdict": "unknown", "method": "reachability",
-            "evidence": "the step ran outside a TF1 Session (eager, tf.function or Keras): "
-                        "the doctor decides by graph and replay in a Session only"}
-    if rec.front_end is None and any(name in sys.modules for name in _KERAS_MODULES):
-        rec.front_end = "NpuLossScaleOptimizer (Keras)"   # built; its steps are not recorded
-        rec.detail += "; the Keras optimizer's steps are not recorded by the doctor"
+        entry = {"op_name": op_name, "direction": direction, "dtype": dtype,
+                 "magnitude": number(magnitude)}
+        entry.update(doctor_hooks_tf2.site_verdict(op_name, rec.front_end))
+        rec.verdicts[site_key(op_name, direction)] = entry
     if rec.outcome == "completed" and not rec.steps and rec.front_end is None:
         rec.outcome = "no_loss_scale_optimizer"
         rec.detail = "the script ended without building a loss-scale optimizer or scaler"
