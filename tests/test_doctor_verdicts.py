@@ -119,3 +119,30 @@ def test_a_site_without_floating_output_is_unknown_without_a_run(graph, session)
     assert got == [("unknown", "count has no floating output to replace")]
     assert run.runs == 0
     assert np.array_equal(verdicts.neutralised([1.0, np.inf, 7e4], LIMIT), [1.0, 0.0, 0.0])
+
+
+def test_the_first_fetches_of_sites_at_two_scales_ask_for_the_same_tensors(net, session):
+    """A Session prepares the graph once per set of fetches: the sites of each scale are fetched
+    with those of the others."""
+    seen = []
+
+    def run(fetches, feeds):
+        if isinstance(fetches, dict):
+            seen.append(sorted(t.name for group in fetches.values() for t in _flat(group)))
+        return session.run(fetches, feed_dict=feeds)
+    a, c = (net["graph"].get_operation_by_name(n) for n in ("a", "c"))
+    first = verdicts.replay_sites(run, [a], net["loss"], net["grads"], None, [LIMIT],
+                                  others=[a, c])
+    second = verdicts.replay_sites(run, [c], net["loss"], net["grads"], None, [LIMIT],
+                                   others=[a, c])
+    assert len(seen) == 2 and seen[0] == seen[1]
+    assert "a:0" in seen[0] and "c:0" in seen[0]
+    assert [first[0][0], second[0][0]] == ["harmful", "harmful"]
+
+
+def _flat(group):
+    for item in group:
+        if isinstance(item, list):
+            yield from _flat(item)
+        else:
+            yield item

@@ -119,6 +119,7 @@ def _replay(rec, sess, replays, runs):
     by_scale = {}
     for entry, step_scale in replays:
         by_scale.setdefault(step_scale, []).append(entry)
+    every = [sess.graph.get_operation_by_name(e["op_name"]) for e, _ in replays]
     for step_scale, batch in by_scale.items():
         ops = [sess.graph.get_operation_by_name(e["op_name"]) for e in batch]
         maxes = [float(np.finfo(e["dtype"]).max) if e["dtype"] in ("float16", "float32",
@@ -126,7 +127,8 @@ def _replay(rec, sess, replays, runs):
                  for e in batch]
         try:
             results = verdicts.replay_sites(run, ops, loss, grads, feed_dict, maxes,
-                                            None if scale is None else (scale, step_scale))
+                                            None if scale is None else (scale, step_scale),
+                                            others=every)
         except Exception as err:  # pylint: disable=broad-except
             if len(batch) > 1:  # one site that cannot be fetched fails the batch: one by one
                 for entry in batch:

@@ -106,14 +106,19 @@ def replay(run, op, loss, gradients, feeds, dtype_max, scale=None):
     return replay_sites(run, [op], loss, gradients, feeds, [dtype_max], scale)[0]
 
 
-def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None):
+def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, others=()):
     """The replay verdicts of the sites ``ops`` (``tf.Operation``s whose steps ran at the same
     scale), in their order, as :func:`replay` gives each: the step as run is fetched once for
     all of them (the loss, the applied gradients, the random and input-pipeline values and every
     site's outputs in one run), then each site whose values as run leave the loss and
     gradients finite is neutralised in a run of its own. When they are not finite, every site
     that overflows in that run is harmful without a second run: the same verdict the one-site
-    replay gives from its first fetch."""
+    replay gives from its first fetch.
+
+    ``others``: more ops whose outputs that fetch takes too (the sites replayed at other
+    scales), so that every such fetch of a graph asks for the same tensors: a ``Session``
+    prepares the graph once per set of fetches and feeds, which on a large graph costs more
+    than the run itself."""
     targets = ([loss] if loss is not None else []) + list(gradients)
     floating = [[t for t in op.outputs if t.dtype.is_floating] for op in ops]
     verdicts = [None] * len(ops)
@@ -128,8 +133,9 @@ def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None):
     feeds = dict(feeds or {})
     if scale is not None and scale[1] is not None:
         feeds[scale[0]] = scale[1]
-    first = run({"targets": targets, "sites": [floating[i] for i in todo], "sources": sources},
-                feeds)
+    extra = [t for op in others if op not in ops for t in op.outputs if t.dtype.is_floating]
+    first = run({"targets": targets, "sites": [floating[i] for i in todo], "sources": sources,
+                 "others": extra}, feeds)
     finite = _finite(first["targets"])
     what = "loss" if loss is not None and not _finite(first["targets"][:1]) else \
         "applied gradients"
