@@ -146,3 +146,37 @@ def _flat(group):
             yield from _flat(item)
         else:
             yield item
+
+
+def _feed_keys(session, log):
+    def run(fetches, feeds):
+        if not isinstance(fetches, dict):   # a neutralised run
+            log.append(sorted(t.name for t in feeds))
+        return session.run(fetches, feed_dict=feeds)
+    return run
+
+
+def test_independent_sites_are_neutralised_with_the_same_feeds(graph, session):
+    x = tf.constant([1.0, 100.0])
+    w = tf.constant(1.0)
+    one = tf.multiply(x * w, 1000.0, name="one")      # [1000, 100000]
+    two = tf.multiply(x * w, 2000.0, name="two")      # [2000, 200000]
+    loss = tf.reduce_sum(one) + tf.reduce_sum(two)
+    log = []
+    got = verdicts.replay_sites(_feed_keys(session, log), [one.op, two.op], loss,
+                                tf.gradients(loss, [w]), None, [LIMIT] * 2, data=DataGraph(graph))
+    # zeroing one's 100000 takes 100000 off the loss, two's 200000 takes 200000
+    assert [e.split("largest difference ")[1] for _, e in got] == ["1e+05)", "2e+05)"]
+    assert len(log) == 2 and log[0] == log[1] == ["one:0", "two:0"]
+
+
+def test_a_site_that_another_fetched_site_follows_is_neutralised_without_feeding_it(net, session):
+    # c follows a: feeding c at its value as run would hide a's zeroed 100000 (masked out of
+    # the first sum, it reaches the loss only through c) and make a look benign
+    a, c = (net["graph"].get_operation_by_name(n) for n in ("a", "c"))
+    log = []
+    got = verdicts.replay_sites(_feed_keys(session, log), [a, c], net["loss"], net["grads"],
+                                None, [LIMIT] * 2, data=DataGraph(net["graph"]))
+    assert [v for v, _ in got] == ["harmful", "harmful"]
+    assert "largest difference 2e+05" in got[0][1]
+    assert log == [["a:0"], ["a:0", "c:0"]]

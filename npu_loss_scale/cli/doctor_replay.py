@@ -74,12 +74,12 @@ def judge(rec, sess):
             elif not entry["fed_by"]:
                 replays.append((entry, step_scale))
             entries.append((entry, step_scale))
-        _replay(rec, sess, replays, runs)
+        _replay(rec, sess, replays, runs, data)
         for entry, step_scale in entries:  # in the order seen: a feeder before what it feeds
             if "verdict" not in entry:
                 feeder = _feeder_verdict(rec, [e for e, _ in entries if "verdict" in e], entry)
                 if feeder is None:
-                    _replay(rec, sess, [(entry, step_scale)], runs)
+                    _replay(rec, sess, [(entry, step_scale)], runs, data)
                 else:
                     entry.update(verdict=feeder["verdict"], method="fed_by", evidence=(
                         "%s is fed by %s, an earlier overflowed site of its step, and takes its "
@@ -103,7 +103,7 @@ def _summary(entries, seconds, runs):
                 count["reachability+replay"], runs))
 
 
-def _replay(rec, sess, replays, runs):
+def _replay(rec, sess, replays, runs, data):
     """Replays the sites of ``replays`` (entry, the scale of its step): one batch per scale;
     ``runs[0]`` counts the session runs."""
     import numpy as np  # pylint: disable=import-outside-toplevel
@@ -128,11 +128,11 @@ def _replay(rec, sess, replays, runs):
         try:
             results = verdicts.replay_sites(run, ops, loss, grads, feed_dict, maxes,
                                             None if scale is None else (scale, step_scale),
-                                            others=every)
+                                            others=every, data=data)
         except Exception as err:  # pylint: disable=broad-except
             if len(batch) > 1:  # one site that cannot be fetched fails the batch: one by one
                 for entry in batch:
-                    _replay(rec, sess, [(entry, step_scale)], runs)
+                    _replay(rec, sess, [(entry, step_scale)], runs, data)
                 continue
             results = [("unknown", "the replay failed: %s" % str(err)[:300])]
         for entry, (verdict, evidence) in zip(batch, results):

@@ -106,7 +106,8 @@ def replay(run, op, loss, gradients, feeds, dtype_max, scale=None):
     return replay_sites(run, [op], loss, gradients, feeds, [dtype_max], scale)[0]
 
 
-def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, others=()):
+def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, others=(),
+                 data=None):
     """The replay verdicts of the sites ``ops`` (``tf.Operation``s whose steps ran at the same
     scale), in their order, as :func:`replay` gives each: the step as run is fetched once for
     all of them (the loss, the applied gradients, the random and input-pipeline values and every
@@ -118,7 +119,10 @@ def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, othe
     ``others``: more ops whose outputs that fetch takes too (the sites replayed at other
     scales), so that every such fetch of a graph asks for the same tensors: a ``Session``
     prepares the graph once per set of fetches and feeds, which on a large graph costs more
-    than the run itself."""
+    than the run itself. With ``data`` (the graph's
+    :class:`~npu_loss_scale.tools.doctor.paths.DataGraph`), the neutralised runs feed every
+    fetched site too, at its value as run, so that they also share one prepared graph; except
+    for a site that one of them follows (feeding that one would hide the neutralised value)."""
     targets = ([loss] if loss is not None else []) + list(gradients)
     floating = [[t for t in op.outputs if t.dtype.is_floating] for op in ops]
     verdicts = [None] * len(ops)
@@ -139,6 +143,10 @@ def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, othe
     finite = _finite(first["targets"])
     what = "loss" if loss is not None and not _finite(first["targets"][:1]) else \
         "applied gradients"
+    held = dict(zip(extra, first["others"]))
+    for i, values in zip(todo, first["sites"]):
+        held.update(zip(floating[i], values))
+    held_ops = {t.op.name for t in held}
     for i, values in zip(todo, first["sites"]):
         op, dtype_max = ops[i], dtype_maxes[i]
         if not _overflowed(values, dtype_max):
@@ -150,6 +158,8 @@ def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, othe
         else:
             fed = dict(feeds)
             fed.update(zip(sources, first["sources"]))
+            if data is not None and not (data.descendants(op.name) - {op.name}) & held_ops:
+                fed.update(held)
             fed.update({t: neutralised(v, dtype_max) for t, v in zip(floating[i], values)})
             difference = _max_difference(first["targets"], run(targets, fed))
             verdicts[i] = _compared(op.name, difference)
