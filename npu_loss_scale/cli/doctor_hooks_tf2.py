@@ -13,6 +13,8 @@
   catch): it only sets the recorder's limit, and every ``tf.function`` call raises
   :class:`StepLimit` once it returns to eager Python with the limit reached. Steps a function
   runs past the limit (a whole loop traced into one function) are not recorded.
+* Each traced step leaves its graph, loss and applied gradients for its sites' verdicts
+  (:mod:`npu_loss_scale.cli.doctor_verdicts_tf2`, :func:`site_verdict`).
 """
 import importlib.abc
 import importlib.util
@@ -23,11 +25,11 @@ import numpy as np
 
 from npu_loss_scale.cli import doctor_verdicts_tf2 as verdicts
 from npu_loss_scale.cli.doctor_hooks import wrap_init
-from npu_loss_scale.cli.doctor_record import StepLimit, scalar
+from npu_loss_scale.cli.doctor_record import StepLimit
+from npu_loss_scale.tools.doctor.mode_findings import KERAS_FRONT_END
 
 __all__ = ["install", "site_verdict"]
 
-KERAS_FRONT_END = "NpuLossScaleOptimizer (Keras)"   # the name mode_findings knows
 _KERAS_MODULES = ("npu_loss_scale.frontends._keras2", "npu_loss_scale.frontends._keras3")
 
 

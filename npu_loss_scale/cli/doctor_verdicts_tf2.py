@@ -9,14 +9,15 @@ remembered graph (an eager step, another function; method ``none``), with the re
 process: the graphs are kept for the run's end.
 """
 
+from npu_loss_scale.tools.doctor.mode_findings import KERAS_FRONT_END
+
 __all__ = ["remember", "ran", "verdict"]
 
 _graphs = []        # (graph, names of the ops of the loss and the applied gradients)
 _contexts = set()   # how the steps ran: "eagerly", "in a tf.function"
 
 _FRONT_ENDS = {"GradScaler": "a GradScaler",
-               "NpuLossScaleOptimizer (Keras)": "the Keras NpuLossScaleOptimizer, in model.fit "
-                                                "or a custom loop"}
+               KERAS_FRONT_END: "the Keras NpuLossScaleOptimizer, in model.fit or a custom loop"}
 
 
 def ran(context):
