@@ -20,7 +20,9 @@ wall clock from its start to its exit:
 The ratio doctor / plain is printed, with the doctor's runs (mode, steps, outcome) and the
 baseline's applied and skipped steps (from ``npu-emulate --report``). Both include the start of
 the process (TensorFlow import, tokenisation, graph building), which each of the doctor's runs
-repeats. Compare ratios from one run, not across runs or machines; ``uptime`` is printed before
+repeats. Where the doctor's time goes is printed per run (each mode's run and each re-run
+verifying a fix: the seconds from its start to the last line of its log, and the line in which
+it says how long judging its sites took). Compare ratios from one run, not across runs or machines; ``uptime`` is printed before
 and after.
 """
 import argparse
@@ -58,6 +60,26 @@ def _timed(cmd, log_path):
     return seconds
 
 
+def _runs_timed(folder):
+    """The doctor's runs in the order they started: (name, seconds from the writing of its
+    config to the last write of its log, the judging line of its log or "")."""
+    out = []
+    for name in os.listdir(folder):
+        if not name.endswith(".config.json"):
+            continue
+        run = name[:-len(".config.json")]
+        log = os.path.join(folder, run + ".log")
+        start = os.path.getmtime(os.path.join(folder, name))
+        judged = ""
+        if os.path.exists(log):
+            with open(log, encoding="utf-8", errors="replace") as handle:
+                judged = " ".join(line.strip()[len("doctor: "):] for line in handle
+                                  if line.startswith("doctor: judged "))
+        out.append((start, run, os.path.getmtime(log) - start if os.path.exists(log) else
+                    float("nan"), judged))
+    return [entry[1:] for entry in sorted(out)]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--steps", type=int, default=50, help="loss-scale steps (default 50)")
@@ -85,6 +107,8 @@ def main(argv=None):
     for mode, run in report["runs"].items():
         print("  doctor %-10s %s: %d steps, %d skipped, %d applied" % (
             mode, run["outcome"], len(run["steps"]), run["skipped_steps"], run["applied_steps"]))
+    for run, seconds, judged in _runs_timed(os.path.join(out, "doctor", "runs")):
+        print("  doctor run %-22s %7.1f s  %s" % (run, seconds, judged))
     verified = [f for f in report["findings"] if f.get("verified")]
     print("  doctor findings: %s; verified fixes (re-runs): %d" % (
         ", ".join(sorted({f["kind"] for f in report["findings"]})) or "-", len(verified)))
