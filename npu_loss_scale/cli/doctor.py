@@ -52,9 +52,11 @@ def _other_findings(report, results, args):
         config_findings = None
     if config_findings is not None and report["scaler"]["kind"] is not None:
         seen = {}
-        for mode in report["runs"]:   # the run's own steps: they carry max_safe_scale
-            for finding in config_findings.config_findings(report["scaler"],
-                                                           results[mode]["steps"], run=mode):
+        # the report's steps, without the runs' max_safe_scale: with it, scale_cannot_grow
+        # warns on every run shorter than the scaler's growth interval (the doctor's are)
+        for mode, run in report["runs"].items():
+            for finding in config_findings.config_findings(report["scaler"], run["steps"],
+                                                           run=mode):
                 same = seen.get((finding["kind"], finding["title"]))
                 if same is not None:  # the other run found the same: one finding, both modes
                     same["modes"].append(mode)

@@ -2,8 +2,9 @@
 ``train(max_steps=--train_steps)`` then ``evaluate()`` (which reads the checkpoint the training
 wrote), ``NPULossScaleOptimizer`` in the ``model_fn``.
 
-The model: ``loss = w`` with ``w`` starting at 2.0 and plain SGD at 0.125 (scale 2**10, finite):
-the loss of the step after k applied steps is 2 - 0.125 k. ``evaluate`` prints the loss it
+The model: ``loss = w * w / 2`` with ``w`` (a resource variable) starting at 2.0 and plain SGD
+at 0.125 (scale 2**10, finite): ``w`` is multiplied by 0.875 at each applied step, and the loss
+of the step after k of them is 2 * 0.765625 ** k. ``evaluate`` prints the loss it
 finds as ``eval loss <value> at step <global step>``."""
 import argparse
 
@@ -19,8 +20,8 @@ def input_fn():
 
 
 def model_fn(features, labels, mode):  # pylint: disable=unused-argument
-    w = v1.get_variable("w", [], initializer=v1.constant_initializer(2.0))
-    loss = w + 0.0 * tf.reduce_sum(features["x"])
+    w = v1.get_variable("w", [], initializer=v1.constant_initializer(2.0), use_resource=True)
+    loss = 0.5 * w * w + 0.0 * tf.reduce_sum(features["x"])
     opt = NPULossScaleOptimizer(v1.train.GradientDescentOptimizer(0.125),
                                 FixedLossScaleManager(loss_scale=2 ** 10))
     train_op = opt.minimize(loss, global_step=v1.train.get_or_create_global_step())

@@ -2,9 +2,11 @@
 ``Saver`` restoring ``tf.train.latest_checkpoint(model_dir)`` when there is one, training until
 the global step reaches ``--train_steps`` and saving after every step.
 
-The model: ``loss = w`` with ``w`` starting at 2.0 and plain SGD at 0.125 under an
-``NPULossScaleOptimizer`` (scale 2**10, finite), so the loss of the step after k applied steps
-is 2 - 0.125 k: the loss of a run's first step says where it started."""
+The model: ``loss = w * w / 2`` with ``w`` (a resource variable: the loss is read before the
+update, which needs its gradient ``w``) starting at 2.0 and plain SGD at 0.125 under an
+``NPULossScaleOptimizer`` (scale 2**10, finite): ``w`` is multiplied by 0.875 at each applied
+step, so the loss of the step after k of them is 2 * 0.765625 ** k: the loss of a run's first
+step says where it started."""
 import argparse
 
 import tensorflow.compat.v1 as tf
@@ -17,8 +19,9 @@ def main():
     parser.add_argument("--train_steps", type=int, default=6)
     args = parser.parse_args()
     with tf.Graph().as_default():
-        w = tf.get_variable("w", [], initializer=tf.constant_initializer(2.0))
-        loss = tf.identity(w, name="loss")
+        w = tf.get_variable("w", [], initializer=tf.constant_initializer(2.0),
+                            use_resource=True)
+        loss = tf.multiply(w * w, 0.5, name="loss")
         step = tf.train.get_or_create_global_step()
         manager = FixedLossScaleManager(loss_scale=2 ** 10)  # noqa: F405
         opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.125), manager)  # noqa: F405
