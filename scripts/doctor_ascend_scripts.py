@@ -19,7 +19,8 @@ counted once, with the later folder's report (a second pass over some of the scr
 
 The summary: the scripts run; those whose doctor reached a loss-scale step (a run with at least
 one step); per finding kind, the number of scripts with at least one such finding; per verified
-fix, the script, the fix, the skipped steps before -> after over the same steps and the steps
+fix, the script, the fix, the skipped steps before -> after, each of the steps its run made (a
+script that stops after a number of applied steps makes fewer when fewer skip) and the steps
 saved. ``--markdown`` prints the counts as Markdown tables too, and one row per script: what
 each of the doctor's runs recorded (outcome, steps, skipped steps).
 """
@@ -99,6 +100,7 @@ def summarize(entries):
                 fixes.append({"script": script, "finding": finding["kind"],
                               "site": finding.get("site"), "fix": finding["fix"]["kind"],
                               "before": before, "after": after, "steps": verified["steps"],
+                              "after_steps": verified.get("after_steps", verified["steps"]),
                               "saved": before - after})
     runs = [(script, {mode: run_cell(run) for mode, run in report["runs"].items()}
              if report else {}) for script, report, _ in entries]
@@ -128,12 +130,12 @@ def print_summary(counts, markdown=False):
     print("findings (scripts with at least one):")
     for kind, scripts in sorted(counts["kinds"].items(), key=lambda kv: (-len(kv[1]), kv[0])):
         print("  %-24s %2d  %s" % (kind, len(scripts), ", ".join(_short(s) for s in scripts)))
-    print("verified fixes (skipped steps before -> after over the same steps):")
+    print("verified fixes (skipped of the steps run, before -> after):")
     for fix in counts["fixes"]:
-        print("  %s: %s for %s%s: %d -> %d of %d (saved %d)" % (
+        print("  %s: %s for %s%s: %d of %d -> %d of %d (saved %d)" % (
             _short(fix["script"]), fix["fix"], fix["finding"],
-            " (%s)" % fix["site"] if fix["site"] else "", fix["before"], fix["after"],
-            fix["steps"], fix["saved"]))
+            " (%s)" % fix["site"] if fix["site"] else "", fix["before"], fix["steps"],
+            fix["after"], fix["after_steps"], fix["saved"]))
     if not counts["fixes"]:
         print("  -")
     if markdown:
@@ -143,10 +145,10 @@ def print_summary(counts, markdown=False):
         print("\n| script | finding | fix | skipped before -> after | saved |\n"
               "| --- | --- | --- | --- | --- |")
         for fix in counts["fixes"]:
-            print("| %s | `%s`%s | `%s` | %d -> %d of %d | %d |" % (
+            print("| %s | `%s`%s | `%s` | %d of %d -> %d of %d | %d |" % (
                 _short(fix["script"]), fix["finding"],
                 " `%s`" % fix["site"] if fix["site"] else "", fix["fix"], fix["before"],
-                fix["after"], fix["steps"], fix["saved"]))
+                fix["steps"], fix["after"], fix["after_steps"], fix["saved"]))
         modes = sorted({m for _, cells in counts["runs"] for m in cells},
                        key=lambda m: (m != "saturation", m))
         print("\n| script | %s |\n| --- |%s" % (" | ".join("%s run" % m for m in modes),

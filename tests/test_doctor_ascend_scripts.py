@@ -85,8 +85,8 @@ def test_summarize_command_prints_the_counts_of_a_kept_folder(tmp_path):
                         "no report: 1")
     assert "  mode_source               2  Bert_ID1_for_TensorFlow, Gnmt_ID2_for_TensorFlow" \
         in lines
-    assert "  Bert_ID1_for_TensorFlow: manager_setting for wasted_start: 9 -> 0 of 10 (saved 9)" \
-        in lines
+    assert ("  Bert_ID1_for_TensorFlow: manager_setting for wasted_start: 9 of 10 -> 0 of 10 "
+            "(saved 9)") in lines
     assert "| `wasted_start` | 1 (Bert_ID1_for_TensorFlow) |" in lines
     assert "| script | saturation run | inf_nan run |" in lines
     assert "| Gnmt_ID2_for_TensorFlow | ?, 3 steps, 0 skipped | ?, 0 steps, 0 skipped |" in lines
@@ -107,7 +107,7 @@ def test_summarize_merges_folders_a_script_run_again_counted_once_with_its_later
     _keep(second, 0, "b/Gnmt_ID2_for_TensorFlow/nmt.py", _report(
         {"saturation": 30, "inf_nan": 30},
         [_finding("wasted_start", "manager_setting",
-                  {"skipped_before": 20, "skipped_after": 2, "steps": 30})]))
+                  {"skipped_before": 20, "skipped_after": 2, "steps": 30, "after_steps": 4})]))
     _keep(second, 1, "d/Crash_ID4_for_TensorFlow/train.py", _report(
         {"saturation": 0, "inf_nan": 0}, []))
     driver = _driver()
@@ -125,8 +125,14 @@ def test_summarize_merges_folders_a_script_run_again_counted_once_with_its_later
                 ("b/Gnmt_ID2_for_TensorFlow/nmt.py", 20, 2, 18)]
     proc = subprocess.run([sys.executable, DRIVER, "--summarize", first, second],
                           capture_output=True, text=True, check=True)
-    assert proc.stdout.splitlines()[0] == (
+    lines = proc.stdout.splitlines()
+    assert lines[0] == (
         "scripts run through the doctor: 4; a loss-scale step reached: 2; no report: 0")
+    # the script stops after its applied steps: the fixed run made 4 steps, not 30
+    assert "  Gnmt_ID2_for_TensorFlow: manager_setting for wasted_start: 20 of 30 -> 2 of 4 " \
+        "(saved 18)" in lines
+    assert "| Gnmt_ID2_for_TensorFlow | `wasted_start` | `manager_setting` | 20 of 30 -> 2 of 4 " \
+        "| 18 |" in lines
 
 
 def test_a_run_in_a_few_words():
