@@ -140,6 +140,21 @@ def test_a_start_at_2_to_the_32_wastes_17_steps_and_the_advised_scale_none(waste
         assert finding["verified"]["loss_scale_after"][0] == 2.0 ** 15
 
 
+def test_a_fix_re_run_records_its_steps_and_judges_no_site(wasted):
+    # the re-run verifying init_loss_scale=2**15 replays nothing: its sites get no verdict,
+    # while the saturation run judged the matmul's backward site
+    runs = os.path.join(wasted["command"][wasted["command"].index("--out") + 1], "runs")
+    with open(os.path.join(runs, "saturation.result.json"), encoding="utf-8") as handle:
+        first = json.load(handle)
+    re_runs = [name for name in os.listdir(runs)
+               if name.startswith("verify-") and name.endswith(".result.json")]
+    assert re_runs and first["verdicts"]
+    for name in re_runs:
+        with open(os.path.join(runs, name), encoding="utf-8") as handle:
+            result = json.load(handle)
+        assert len(result["steps"]) == 19 and result["verdicts"] == {}
+
+
 def test_a_scale_pinned_at_its_minimum_and_the_op_kept_in_float32_by_modify_mixlist(
         tmp_path_factory):
     # allow_mix_precision runs the matmul in float16: 300 * 300 * 2 = 180000 > 65504 at every

@@ -154,16 +154,27 @@ def test_skips_the_scale_does_not_explain_are_not_blamed_on_the_start():
 # -- scale_cannot_grow -------------------------------------------------------------------------
 @pure
 def test_a_scale_that_cannot_grow_within_the_run():
-    # GradScaler(init_scale=1, growth_interval=2000): 20 applied steps at 1, the gradients allow
-    # 2**15; one growth needs 2000 applied steps in a row.
-    scaler = {"kind": "grad_scaler", "settings": {"init_scale": 1.0, "growth_interval": 2000}}
-    steps = run_of([1.0] * 20, [False] * 20, max_safe=2.0 ** 15)
+    # GradScaler(init_scale=1, growth_interval=20): 45 steps at 1, one skipped every 15th, the
+    # gradients allow 2**15; one growth needs 20 applied steps in a row, the longest is 14.
+    scaler = {"kind": "grad_scaler", "settings": {"init_scale": 1.0, "growth_interval": 20,
+                                                  "backoff_factor": 1.0}}
+    skipped = ([False] * 14 + [True]) * 3
+    steps = run_of([1.0] * 45, skipped, max_safe=2.0 ** 15)
     finding = only(config_findings(scaler, steps), "scale_cannot_grow")
     assert finding["severity"] == "warning"
-    assert finding["numbers"]["growth_interval"] == 2000
-    assert finding["numbers"]["longest_applied_stretch"] == 20
+    assert finding["numbers"]["growth_interval"] == 20
+    assert finding["numbers"]["longest_applied_stretch"] == 14
     assert finding["fix"]["settings"] == {"init_scale": 32768.0}
-    assert "2000" in finding["evidence"]
+    assert "20" in finding["evidence"]
+
+
+@pure
+def test_a_run_shorter_than_the_growth_interval_says_nothing_of_growth():
+    # GradScaler(init_scale=1, growth_interval=2000): the doctor's 20 applied steps at 1 cannot
+    # show whether 2000 in a row ever come; the gradients allowing 2**15 is not enough.
+    scaler = {"kind": "grad_scaler", "settings": {"init_scale": 1.0, "growth_interval": 2000}}
+    steps = run_of([1.0] * 20, [False] * 20, max_safe=2.0 ** 15)
+    assert [f["kind"] for f in config_findings(scaler, steps)] == []
 
 
 @pure
@@ -456,8 +467,9 @@ def test_every_finding_has_the_report_s_shape():
     batches = [
         config_findings(ascend(init_loss_scale=2.0 ** 32, decr_ratio=0.5),
                         run_of([2.0 ** 32] * 3, [True] * 3, max_safe=2.0 ** 15)),
-        config_findings({"kind": "grad_scaler", "settings": {"init_scale": 1.0}},
-                        run_of([1.0] * 3, [False] * 3, max_safe=2.0 ** 15)),
+        config_findings({"kind": "grad_scaler", "settings": {"init_scale": 1.0,
+                                                             "growth_interval": 3}},
+                        run_of([1.0] * 4, [False, False, True, False], max_safe=2.0 ** 15)),
         config_findings(megatron, run_of([2.0 ** 10] * 2, [True] * 2, max_safe=2.0 ** 8)),
         config_findings(ascend(init_loss_scale=1.0), run_of([1.0] * 2, [True] * 2)),
         two_runs("SS", "..", "NPULossScaleOptimizer"),

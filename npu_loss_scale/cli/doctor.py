@@ -52,8 +52,6 @@ def _other_findings(report, results, args):
         config_findings = None
     if config_findings is not None and report["scaler"]["kind"] is not None:
         seen = {}
-        # the report's steps, without the runs' max_safe_scale: with it, scale_cannot_grow
-        # warns on every run shorter than the scaler's growth interval (the doctor's are)
         for mode, run in report["runs"].items():
             for finding in config_findings.config_findings(report["scaler"], run["steps"],
                                                            run=mode):

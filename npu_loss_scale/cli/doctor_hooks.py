@@ -80,6 +80,8 @@ def patch_optimizer(rec):
 def _judge(rec, sess):
     """doctor_replay.judge, cut short when the run is asked to stop (no further replay starts;
     the sites left are marked not judged)."""
+    if not rec.judge:
+        return
     rec.judging = list(rec.pending)
     try:
         if not rec.stop_requested:

@@ -51,12 +51,13 @@ def _stop(proc):
             proc.wait()
 
 
-def run_script(args, mode, name, settings=None, mixlist=None, ledger=None):  # pylint: disable=too-many-arguments
+def run_script(args, mode, name, settings=None, mixlist=None, ledger=None, judge=True):  # pylint: disable=too-many-arguments
     """Runs the script once in ``mode`` ("saturation" or "inf_nan"), ``settings`` replacing the
     manager's or scaler's constructor arguments of those names and ``mixlist`` (Ascend's
     modify_mixlist JSON, a dict) applied; the run's result (see doctor_run). ``ledger`` (a
     :class:`~npu_loss_scale.cli.doctor_checkpoints.Ledger`) holds the checkpoints earlier runs
-    wrote, which this run does not resume from, and takes in this run's.
+    wrote, which this run does not resume from, and takes in this run's. ``judge=False``: the
+    run records its steps and sites and decides no verdict (no replay: a fix's re-run).
 
     The result's ``stopped_by`` is ``"timeout"`` (this run alone was stopped: the doctor goes
     on) or ``"SIGINT"`` (Ctrl-C: the doctor ends its runs) when the doctor stopped it."""
@@ -69,7 +70,7 @@ def run_script(args, mode, name, settings=None, mixlist=None, ledger=None):  # p
             os.remove(stale)
     with open(base + ".config.json", "w", encoding="utf-8") as out:
         config = {"steps": args.steps, "settings": settings or {},
-                  "precision_mode": args.precision_mode}
+                  "precision_mode": args.precision_mode, "judge": bool(judge)}
         config.update(ledger.config() if ledger is not None else {})
         json.dump(config, out)
     mixlist_path = None

@@ -44,6 +44,7 @@ class Recorder:  # pylint: disable=too-many-instance-attributes
         self.last_feeds = {}   # graph -> the feeds of its last step
         self.pending = []      # sites seen and not yet judged: (op_name, direction, dtype)
         self.judging = []      # the sites of the replay under way
+        self.judge = config.get("judge", True)   # False: a fix's re-run, which replays nothing
         self.settings_precision = config.get("precision_mode")
         self.float16_graph = False   # a float16 op in a train op's graph (not precision_mode's)
         self.limit_reached = False

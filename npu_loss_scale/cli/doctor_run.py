@@ -28,7 +28,6 @@ from npu_loss_scale.cli.doctor_record import Recorder, StepLimit, Stopped, numbe
 
 __all__ = ["main"]
 
-_KERAS_MODULES = ("npu_loss_scale.frontends._keras3", "npu_loss_scale.frontends._keras2")
 
 
 def main(argv=None):
@@ -65,7 +64,8 @@ def main(argv=None):
     if rec.stop_requested and rec.outcome != "stopped":  # the script turned the stop into
         rec.outcome = "stopped"                           # an error or its own exit
         rec.detail = "stopped by %s after %d steps" % (rec.stop_requested, len(rec.steps))
-    for op_name, direction, dtype, magnitude, _, _ in rec.pending:  # never seen in a Session
+    for op_name, direction, dtype, magnitude, _, _ in (rec.pending if rec.judge else []):
+        # never seen in a Session (a fix's re-run judges nothing)
         entry = {"op_name": op_name, "direction": direction, "dtype": dtype,
                  "magnitude": number(magnitude)}
         entry.update(doctor_hooks_tf2.site_verdict(op_name, rec.front_end))

@@ -45,7 +45,8 @@ def verify(report, args, log, ledger=None):
                 name = "verify-%d-%s" % (len(made) + 1, mode)
                 log("doctor: verifying a fix (%s mode, %s) ..." % (
                     mode, settings or mixlist or "as run"))
-                result = run_script(args, mode, name, settings, mixlist, ledger=ledger)
+                result = run_script(args, mode, name, settings, mixlist, ledger=ledger,
+                                    judge=False)
                 interrupted.append(result.get("stopped_by") == "SIGINT")
                 made[key] = _report.run_entry(result)
         return made[key]

@@ -12,8 +12,9 @@ doctor to fill):
   depends on the gradient's exact size, so the count is then a range. With power-of-two scales
   the count is exact. Without the bound, the run's own leading skips are the count.
 * ``scale_cannot_grow``: the scale ends the run at least a factor 2 below what the gradients allow
-  and the run holds no stretch of ``growth interval`` applied steps in a row, which every rule
-  needs to grow once (or the rule's ceiling is reached).
+  and the run, at least one ``growth interval`` long, holds no stretch of that many applied steps
+  in a row, which every rule needs to grow once (or the rule's ceiling is reached). A run shorter
+  than the interval (a doctor's few steps) says nothing about growth: no finding.
 * ``scale_pinned_at_minimum``: steps still skip with the scale at the lowest value its rule
   reaches (Ascend's and Keras's 1, Megatron's ``min_scale``, GradScaler's 2**-126, a fixed
   scale's own value), or the gradients allow less than that lowest value.
@@ -137,6 +138,8 @@ def _cannot_grow(config, steps, bound):
     interval = config.growth_interval
     if grew or (longest >= interval and config.can_grow_from(final)):
         return None
+    if len(steps) < interval and config.can_grow_from(final):
+        return None   # a window shorter than one growth interval cannot show it (the doctor's)
     advice = _recommended(bound)
     why = ("%s=%d needs %d applied steps in a row for each growth, and the run's longest stretch "
            "is %d of its %d steps" % (config.growth_setting, interval, interval, longest,

@@ -39,8 +39,11 @@ def run_entry(result):
     """One entry of the report's ``runs`` from a run process's result."""
     steps = []
     for step in result.get("steps", []):
-        steps.append({key: step.get(key) for key in
-                      ("step", "loss_scale", "next_loss_scale", "skipped", "loss", "sites")})
+        entry = {key: step.get(key) for key in
+                 ("step", "loss_scale", "next_loss_scale", "skipped", "loss", "sites")}
+        if step.get("max_safe_scale") is not None:
+            entry["max_safe_scale"] = step["max_safe_scale"]
+        steps.append(entry)
     skipped = sum(1 for s in steps if s["skipped"])
     return {"outcome": result.get("outcome"), "outcome_detail": result.get("outcome_detail", ""),
             "steps": steps, "skipped_steps": skipped,
