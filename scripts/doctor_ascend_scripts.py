@@ -111,7 +111,8 @@ def summarize(entries):
 
 def run_cell(run):
     """One run of a report in a few words: outcome, steps, skipped steps, and why it stopped
-    (``stopped, 1 step, 1 skipped: stopped after the --timeout of 600 s ...``)."""
+    (``stopped, 1 step, 1 skipped: stopped after the --timeout of 600 s ...``; of a traceback,
+    its last line)."""
     steps = run["steps"] if isinstance(run["steps"], int) else len(run["steps"])
     skipped = run.get("skipped_steps")
     if skipped is None and not isinstance(run["steps"], int):
@@ -119,8 +120,9 @@ def run_cell(run):
     text = "%s, %d step%s" % (run.get("outcome", "?"), steps, "" if steps == 1 else "s")
     if skipped is not None:
         text += ", %d skipped" % skipped
-    if run.get("outcome") not in (None, "completed", "step_limit") and run.get("outcome_detail"):
-        text += ": " + run["outcome_detail"]
+    detail = (run.get("outcome_detail") or "").strip()
+    if run.get("outcome") not in (None, "completed", "step_limit") and detail:
+        text += ": " + detail.splitlines()[-1].strip()   # a traceback: its exception line
     return text
 
 

@@ -142,6 +142,10 @@ def test_a_run_in_a_few_words():
     assert driver.run_cell({"outcome": "stopped", "steps": [{"skipped": True}],
                             "outcome_detail": "stopped by the timeout"}) == \
         "stopped, 1 step, 1 skipped: stopped by the timeout"
+    assert driver.run_cell({"outcome": "crashed", "steps": 0, "skipped_steps": 0,
+                            "outcome_detail": "Traceback:\n  File \"t.py\", line 3\n"
+                                              "NameError: name 'x' is not defined\n"}) == \
+        "crashed, 0 steps, 0 skipped: NameError: name 'x' is not defined"
     assert driver._short("x/cv/ModelZoo_CTPN_TF_HARD/ModelZoo_CTPN_TF_HARD/m/train.py") == \
         "ModelZoo_CTPN_TF_HARD"
 
