@@ -16,6 +16,7 @@ import time
 import pytest
 
 from npu_loss_scale.pytest_plugin import assert_no_harmful_overflow, run_doctor
+from npu_loss_scale.tools.doctor.summary import summary
 from tf_versions import estimator_only, tf2_only
 
 pytestmark = pytest.mark.slow
@@ -184,6 +185,19 @@ def test_a_clean_script_gets_the_clean_finding_only(tmp_path_factory):
     assert report["findings"][0]["kind"] == "clean"
     assert not [f for f in report["findings"] if f["severity"] != "info"]
     assert_no_harmful_overflow(report)
+
+
+def test_steps_without_an_overflow_check_are_recorded_and_not_called_clean(tmp_path_factory):
+    # FixedLossScaleManager(10, enable_overflow_check=False): 3 steps at scale 10, none checked
+    report = _doctor(tmp_path_factory, "no_overflow_check", steps=3, modes="saturation",
+                     verify=False)
+    steps = report["runs"]["saturation"]["steps"]
+    assert [s["loss_scale"] for s in steps] == [10.0] * 3
+    assert [s["skipped"] for s in steps] == [None] * 3
+    assert report["outcome"] == "step_limit"
+    assert not [f for f in report["findings"] if f["kind"] in ("clean", "wasted_start",
+                                                               "scale_pinned_at_minimum")]
+    assert "3 steps, 0 skipped, 0 applied, 3 not checked for overflow" in summary(report)
 
 
 @estimator_only

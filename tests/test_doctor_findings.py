@@ -382,6 +382,21 @@ def two_runs(saturation, inf_nan, front_end, option=None):
 
 
 @pure
+def test_a_run_stopped_early_is_compared_over_the_steps_both_made():
+    # the inf_nan run stopped after 2 steps: its 2 against the saturation run's first 2
+    findings = two_runs("SS.S", "S.", "NPULossScaleOptimizer")
+    difference = only(findings, "mode_difference")
+    assert "saturation SS  (2 of 2)" in difference["evidence"]
+    assert "inf_nan    S.  (1 of 2)" in difference["evidence"]
+    assert "the first 2 steps" in difference["evidence"]
+    # the same first steps, or a run with none, are no difference
+    assert not [f for f in two_runs("S.SS", "S.", "NPULossScaleOptimizer")
+                if f["kind"] == "mode_difference"]
+    assert not [f for f in two_runs("SSSS", "", "NPULossScaleOptimizer")
+                if f["kind"] == "mode_difference"]
+
+
+@pure
 def test_the_two_runs_side_by_side_when_they_differ():
     findings = two_runs("SSSS", "S...", "NPULossScaleOptimizer")
     difference = only(findings, "mode_difference")

@@ -53,8 +53,10 @@ def _other_findings(report, results, args):
     if config_findings is not None and report["scaler"]["kind"] is not None:
         seen = {}
         for mode, run in report["runs"].items():
-            for finding in config_findings.config_findings(report["scaler"], run["steps"],
-                                                           run=mode):
+            checked = [s for s in run["steps"] if isinstance(s.get("skipped"), bool)]
+            if not checked:   # no step, or no overflow check (enable_overflow_check=False)
+                continue
+            for finding in config_findings.config_findings(report["scaler"], checked, run=mode):
                 same = seen.get((finding["kind"], finding["title"]))
                 if same is not None:  # the other run found the same: one finding, both modes
                     same["modes"].append(mode)
@@ -136,8 +138,10 @@ def diagnose(args, command, log=print):
     others, mode = _other_findings(report, results, args)
     report["findings"].extend(others)
     report["mode"] = mode or _default_mode(results, args)
-    if not report["sites"] and first["outcome"] in ("completed", "step_limit") and not any(
-            run["skipped_steps"] for run in runs.values()):
+    if not report["sites"] and first["outcome"] in ("completed", "step_limit") and \
+            first.get("steps") and all(isinstance(s.get("skipped"), bool)  # all checked
+                                       for s in first["steps"]) and \
+            not any(run["skipped_steps"] for run in runs.values()):
         report["findings"].insert(0, {
             "id": "clean", "kind": "clean", "severity": "info",
             "title": "no overflow and no skipped step in %d steps" % len(first["steps"]),

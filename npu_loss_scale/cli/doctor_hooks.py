@@ -39,15 +39,18 @@ def patch_optimizer(rec):
         if tf.executing_eagerly():
             return train_op
         try:
-            report = self.step_report
-        except RuntimeError:
-            return train_op
-        loss = getattr(self, "_doctor_loss", None)
-        grads = [getattr(g, "values", g) for g, _ in grads_and_vars if g is not None]
-        try:
             scale = self.loss_scale_manager.get_loss_scale()   # the graph's one scale tensor
         except Exception:  # pylint: disable=broad-except  # a user's manager
             scale = None
+        try:
+            report = self.step_report
+        except RuntimeError:
+            if getattr(self, "_check_overflow", True):
+                return train_op          # not built: nothing to record
+            # enable_overflow_check=False: a step with its scale and no verdict (skipped null)
+            report = {"loss_scale": scale} if isinstance(scale, tf.Tensor) else {}
+        loss = getattr(self, "_doctor_loss", None)
+        grads = [getattr(g, "values", g) for g, _ in grads_and_vars if g is not None]
         rec.targets[tf.compat.v1.get_default_graph()] = (
             loss, grads, scale if isinstance(scale, tf.Tensor) else None)
         keys = ("loss_scale", "next_loss_scale", "finite")

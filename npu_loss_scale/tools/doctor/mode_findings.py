@@ -10,7 +10,7 @@ honour them, and ``source_detail`` says so.
 
 :func:`mode_findings` gives ``mode_source`` (the effective mode, its source, and what the device's
 adapter does in that mode), ``mode_difference`` (the saturation and INF/NaN runs' skip sequences
-side by side when they differ) and ``fp32_to_fp16`` (the device's default ``precision_mode``
+side by side when they differ over the steps both made; none when a run made no step) and ``fp32_to_fp16`` (the device's default ``precision_mode``
 turns a float32 script's matmuls into float16). Pure Python: no TensorFlow.
 """
 
@@ -190,13 +190,17 @@ def _difference(runs, effective, other, front_end):
     if not (isinstance(mine, dict) and isinstance(theirs, dict)):
         return None
     a, b = _sequence(mine.get("steps") or []), _sequence(theirs.get("steps") or [])
-    if a == b:
+    common = min(len(a), len(b))   # a run stopped early is compared over the steps both made
+    if common == 0 or a[:common] == b[:common]:
         return None
+    a, b = a[:common], b[:common]
     skipped = {effective: a.count("S"), other: b.count("S")}
     width = max(len(effective), len(other))
     evidence = ("skipped steps (S skipped, . applied), step 1 first:\n  %s %s  (%d of %d)\n"
                 "  %s %s  (%d of %d)" % (effective.ljust(width), a, skipped[effective], len(a),
                                          other.ljust(width), b, skipped[other], len(b)))
+    if len(mine.get("steps") or []) != len(theirs.get("steps") or []):
+        evidence += "\n(the first %d steps, which both runs made)" % common
     notes = _adapter_notes(effective, front_end)
     if notes:
         evidence += "\nthe device's adapter in %s mode: %s" % (effective, "; ".join(notes))

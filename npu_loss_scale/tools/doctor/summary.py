@@ -14,8 +14,10 @@ def _run_line(mode, run):
     span = "" if not scales else ", scale %s -> %s" % (_num(scales[0]), _num(
         steps[-1]["next_loss_scale"] if steps[-1]["next_loss_scale"] is not None
         else scales[-1]))
-    return "  %-10s %s: %d steps, %d skipped, %d applied%s" % (
-        mode, run["outcome"], len(steps), run["skipped_steps"], run["applied_steps"], span)
+    unchecked = sum(1 for s in steps if s["skipped"] is None)
+    return "  %-10s %s: %d steps, %d skipped, %d applied%s%s" % (
+        mode, run["outcome"], len(steps), run["skipped_steps"], run["applied_steps"],
+        ", %d not checked for overflow" % unchecked if unchecked else "", span)
 
 
 def _num(value):
