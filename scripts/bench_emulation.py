@@ -10,12 +10,18 @@ Each shape is trained, in one fresh process per variant and round, as
              sessions rewritten when made, TF2 ops rounded as built), every rounding saturated
              into the float-status register
   every_op   emulated, and every float16 op of the model saturated (``--saturate-every-op``)
+  emulated_ops
+             emulated, with the package's kernels off (``NPU_LOSS_SCALE_FUSED_UNSCALE=off``):
+             each rounding a Cast, the saturation as TensorFlow ops and a Cast back, as before
+             the fused rounding (and where no compiler builds it)
 
 The shapes: ``cnn``, a ResNet-style CNN (a 3x3 stem and two residual blocks of two 3x3
 convolutions, Momentum) in a ``tf.compat.v1.Session`` whose config sets ``precision_mode``
 (every stack); ``keras``, a small Keras CNN trained by ``fit`` under the precision mode
 ``npu_device`` opens with (TF 2 only); ``estimator``, the CNN as an Estimator ``model_fn``
-whose ``RunConfig`` session config sets the mode (where ``tensorflow_estimator`` imports).
+whose ``RunConfig`` session config sets the mode (where ``tensorflow_estimator`` imports);
+``bert``, the BERT main job's model and optimizer (examples/bert) in a Session, whose fp16 path
+rounds at every op's output itself (``fp32`` builds the model in float32).
 
 Rounds run the variants in a shuffled order, so a change of the machine's load touches all of
 them. Per process it takes the first step (graph build, session or trace, rewrite, first run:
@@ -37,8 +43,8 @@ import subprocess
 import sys
 import time
 
-VARIANTS = ("fp32", "emulated", "every_op")
-SHAPES = ("cnn", "keras", "estimator")
+VARIANTS = ("fp32", "emulated", "every_op", "emulated_ops")
+SHAPES = ("cnn", "keras", "estimator", "bert")
 MODE = "allow_mix_precision"
 
 
@@ -164,12 +170,52 @@ def _run_estimator(tf, args, variant, marks):
     return 0
 
 
+def _run_bert(tf, args, variant, marks):
+    """The BERT main job's model (examples/bert: the all-MiniLM-L6-v2 shape, 6 layers of 384,
+    randomly initialised) and its optimizer (Adam in NPULossScaleOptimizer, dynamic scaling), in
+    a TF1 Session: ``fp32`` builds it in float32, the other variants with the job's fp16 path
+    (a float16 boundary, rounded and saturated into the register, at every op's output)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(here, "examples", "bert"))
+    import bert_modeling  # pylint: disable=import-outside-toplevel
+    import npu_loss_scale as nls  # pylint: disable=import-outside-toplevel
+    config = bert_modeling.BertConfig()
+    rng = np.random.RandomState(0)
+    seq = 64
+    ids = rng.randint(0, config.vocab_size, (args.batch, seq)).astype(np.int32)
+    mask = np.ones((args.batch, seq), np.int32)
+    segments = np.zeros((args.batch, seq), np.int32)
+    labels = rng.randint(0, 2, args.batch).astype(np.int32)
+    with tf.Graph().as_default() as graph:
+        with _every_op(variant):
+            sequence = bert_modeling.encoder(tf.constant(ids), tf.constant(mask),
+                                             tf.constant(segments), config,
+                                             "fp32" if variant == "fp32" else "fp16",
+                                             training=True)
+            pooled = bert_modeling.mean_pool(sequence, tf.constant(mask))
+            logits = bert_modeling.classifier_logits(pooled, 2, config, training=True)
+            loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(tf.constant(labels), logits)
+            manager = nls.ExponentialUpdateLossScaleManager(2 ** 15, 1000)
+            optimizer = nls.NPULossScaleOptimizer(
+                tf.compat.v1.train.AdamOptimizer(1e-4), manager)
+            train = optimizer.minimize(loss, tf.compat.v1.train.get_or_create_global_step())
+            init = tf.compat.v1.global_variables_initializer()
+        # the job's session config names no precision_mode: its model rounds by itself
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(init)
+            for _ in range(args.steps):
+                sess.run(train)
+                marks.append(_now())
+        return len(graph.get_operations())
+
+
 def worker(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ["NPU_LOSS_SCALE_BACKEND"] = "emulation"
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.device import op_precision, precision  # pylint: disable=import-outside-toplevel
-    if args.shape == "cnn" and not tf.__version__.startswith("1."):
+    if args.shape in ("cnn", "bert") and not tf.__version__.startswith("1."):
         tf.compat.v1.disable_eager_execution()   # a TF1 script's graph and Session
     if args.shape == "keras" and tf.__version__.startswith("1."):
         print(json.dumps({"skip": "Keras fit under npu_device is TF 2 code"}))
@@ -186,7 +232,8 @@ def worker(args):
             op_precision.install_op_precision(MODE)
     counters = precision.rewrite_counters
     marks = []
-    run = {"cnn": _run_cnn, "keras": _run_keras, "estimator": _run_estimator}[args.shape]
+    run = {"cnn": _run_cnn, "keras": _run_keras, "estimator": _run_estimator,
+           "bert": _run_bert}[args.shape]
     after_first = {}
 
     def note_first():
@@ -227,8 +274,11 @@ def _measure(args, shape, variant):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", shape, variant,
            "--steps", str(args.steps), "--batch", str(args.batch), "--size", str(args.size),
            "--width", str(args.width)]
+    env = dict(os.environ)
+    if variant == "emulated_ops":
+        env["NPU_LOSS_SCALE_FUSED_UNSCALE"] = "off"
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         universal_newlines=True, check=False)
+                         universal_newlines=True, check=False, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError("%s/%s failed (exit %d):\n%s" % (shape, variant, out.returncode,
@@ -263,6 +313,9 @@ def main():
         parser.error("--shapes takes a comma-separated list of %s; got %s" % (
             ", ".join(SHAPES), ", ".join(bad)))
     shuffle = random.Random(0).shuffle
+    # the kernels are built (once per TensorFlow version) before any timed process
+    subprocess.run([sys.executable, "-m", "npu_loss_scale", "build-kernel"], check=True,
+                   stdout=subprocess.DEVNULL)
     print("precision_mode %s; %d rounds; batch %d of %dx%dx3, %d channels, %d steps per process; "
           "%s" % (MODE, args.rounds, args.batch, args.size, args.size, args.width, args.steps,
                   os.popen("uptime").read().strip()))
@@ -284,7 +337,7 @@ def main():
             print("\n%s: skipped (%s)" % (shape, skipped))
             continue
         print("\n%s (TF %s)" % (shape, results["fp32"][0]["tf"]))
-        print("%-9s %9s %18s %18s %9s %18s %18s  %s" % (
+        print("%-12s %9s %18s %18s %9s %18s %18s  %s" % (
             "variant", "first s", "first vs fp32", "(CPU time)", "step ms", "step vs fp32",
             "(CPU time)", "after step 1: rewrites [ops], traced ops"))
         base = results["fp32"]
@@ -293,7 +346,7 @@ def main():
 
             def ratios(key):
                 return _spread([r[key] / b[key] for r, b in zip(rows, base)])  # pylint: disable=cell-var-from-loop
-            print("%-9s %9.2f %18s %18s %9.1f %18s %18s  %d [%d], %d" % (
+            print("%-12s %9.2f %18s %18s %9.1f %18s %18s  %d [%d], %d" % (
                 variant, statistics.median(r["first"] for r in rows), ratios("first"),
                 ratios("first_cpu"), 1000 * statistics.median(r["steady"] for r in rows),
                 ratios("steady"), ratios("steady_cpu"),

@@ -38,10 +38,17 @@ def hook(npu_shim):  # pylint: disable=unused-argument
     yield
 
 
+def is_rounding(op, dtype):
+    """Whether ``op`` rounds a value to ``dtype``: a ``Cast`` to it, or (float16) the fused
+    rounding of the package's kernels, which casts, saturates and casts back in one op."""
+    if op.type == "Cast":
+        return op.outputs[0].dtype == dtype
+    return op.type == "NlsRoundHalfSaturate" and dtype == tf.float16
+
+
 def rounding_casts(graph, tensor, dtype):
-    """The casts of ``tensor`` to ``dtype`` in ``graph``: the roundings made of it."""
-    return [op for op in graph.get_operations() if op.type == "Cast" and op.inputs[0] is tensor
-            and op.outputs[0].dtype == dtype]
+    """The roundings of ``tensor`` to ``dtype`` in ``graph``."""
+    return [op for op in graph.get_operations() if is_rounding(op, dtype) and op.inputs[0] is tensor]
 
 
 def test_no_step_after_the_first_rewrites_again_until_the_graph_grows(hook, graph):
@@ -119,8 +126,7 @@ def test_a_tf_function_rounds_its_ops_when_traced_and_not_at_later_calls():
 
 
 def float16_roundings(graph):
-    return sum(1 for op in graph.get_operations()
-               if op.type == "Cast" and op.outputs[0].dtype == tf.float16)
+    return sum(1 for op in graph.get_operations() if is_rounding(op, tf.float16))
 
 
 def chained_matmuls():
@@ -148,3 +154,35 @@ def test_a_cube_op_reading_a_rounded_result_does_not_round_it_again_tf2():
     assert emulation.npu_get_float_status_v2().numpy()[0] == 1
     emulation.npu_clear_float_status_v2()
     assert float16_roundings(step.graph) == 5
+
+
+@tf2_only
+def test_a_traced_gradient_op_does_not_round_a_gradient_already_rounded():
+    """TF2 code rounds as traced, before its gradient: the gradient flowing back through a
+    cube op's rounded result is rounded (and saturated) on its way, so the cube ops of the
+    backward pass that read it take it as it is, as they take their forward op's rounded
+    operands; no rounding reads another rounding's value."""
+    x = tf.constant([[300.0, 1.0001], [2.0, 3.0]])
+    w = tf.Variable([[1.0, 2.0], [1.0, 0.5]])
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            y = tf.matmul(tf.matmul(x, w), w)
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, w)
+
+    with precision.op_precision("allow_mix_precision"):
+        grad = step()
+    graph = step.get_concrete_function().graph
+    roundings = [op for op in graph.get_operations() if is_rounding(op, tf.float16)]
+    assert roundings
+
+    def rounded_value(tensor):
+        while tensor.op.type == "Identity":
+            tensor = tensor.op.inputs[0]
+        return is_rounding(tensor.op, tf.float16)
+
+    twice = [op.name for op in roundings if rounded_value(op.inputs[0])]
+    assert not twice
+    assert np.isfinite(grad.numpy()).all()

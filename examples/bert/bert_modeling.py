@@ -6,10 +6,10 @@ BERT ``config.json`` works. Variables are always float32 ("master weights").
 Mixed fp16 (``precision='fp16'``) places a *float16 op boundary* (:func:`_sat`) where an Ascend
 device produces a float16 tensor: each weight as the matmuls read it, every matmul / attention
 product / GELU / residual-add output, the softmax probabilities and each layer-norm output.
-At a boundary the value is rounded to float16 (it passes through a real float16 tensor) and
-saturated as the device does in saturation mode — an overflow becomes +-65504, NaN becomes 0,
-and the emulated float-status register of ``npu_loss_scale.device.register`` records it — and the
-gradient flowing back through the boundary is rounded and saturated the same way. Embedding
+At a boundary the value is rounded to float16 and saturated as the device does in saturation
+mode — an overflow becomes +-65504, NaN becomes 0, and the emulated float-status register
+records it — and the gradient flowing back through the boundary is rounded and saturated the
+same way (``npu_loss_scale.emulation.round_to_float16``). Embedding
 lookups, softmax and layer-norm statistics, pooling, the classifier and the loss stay float32.
 
 Between boundaries the arithmetic runs in float32 (the device's matrix unit also accumulates
@@ -69,7 +69,6 @@ class BertConfig:
 
 # -- float16 op boundaries and saturation: the one switch -----------------------------------------
 _saturation = {"enabled": True}
-_HALF_MAX = 65504.0
 
 
 def set_saturation(enabled):
@@ -79,78 +78,19 @@ def set_saturation(enabled):
     _saturation["enabled"] = bool(enabled)
 
 
-def _round_half(y):
-    """float32 ``y`` rounded to float16 (a float16 tensor) and read back as float32, with the
-    device's saturation: overflow -> +-65504, NaN -> 0. Returns (value, overflowed, nan_seen);
-    the checks run in float32, which a CPU does ~5x faster than float16 arithmetic."""
-    from npu_loss_scale.device import register as emulation
-    value = tf.cast(tf.cast(y, tf.float16), tf.float32)
-    if not _saturation["enabled"] or emulation.is_inf_nan_enabled():
-        return value, None, None
-    nan = tf.math.is_nan(value)
-    overflowed = tf.reduce_any(tf.math.is_inf(value))
-    nan_seen = tf.reduce_any(nan)
-    value = tf.clip_by_value(tf.where(nan, tf.zeros_like(value), value), -_HALF_MAX, _HALF_MAX)
-    return value, overflowed, nan_seen
-
-
-def _record_forward(value, overflowed, nan_seen, source=None, site=None):
-    """Records a forward overflow in the emulated float-status register through the package's
-    public ``saturate`` (on a two-element float16 indicator holding inf / NaN exactly when the
-    boundary overflowed / saw a NaN), so the optimizer keeps it when it clears the register at the
-    start of the step's backward pass. ``value`` is returned ordered after the record."""
-    from npu_loss_scale.device import register as emulation
-    zero = tf.constant(0.0, tf.float16)
-    indicator = tf.stack([tf.where(overflowed, tf.constant(float("inf"), tf.float16), zero),
-                          tf.where(nan_seen, tf.constant(float("nan"), tf.float16), zero)])
-    recorded = [emulation.saturate(indicator)]
-    # With overflow localisation on (npu_loss_scale.device.localisation), the boundary is a site: its
-    # op name and the float32 magnitude before rounding. Off, this adds nothing.
-    from npu_loss_scale.device import localisation
-    noted = localisation.note_site(source, overflowed, nan_seen, op_name=site,
-                                   direction="forward") if source is not None else None
-    if noted is not None:
-        recorded.append(noted)
-    with tf.control_dependencies(recorded):
-        return tf.identity(value)
-
-
-_site_name = [None]   # the op a boundary being built belongs to (for localisation)
-
-
-@tf.custom_gradient
-def _half_boundary(y):
-    site = _site_name[0]
-    value, overflowed, nan_seen = _round_half(y)
-    if overflowed is not None:
-        value = _record_forward(value, overflowed, nan_seen, source=y, site=site)
-
-    def grad(dy):
-        from npu_loss_scale.device import register as emulation
-        from npu_loss_scale.device import localisation
-        dx, g_over, g_nan = _round_half(dy)
-        if g_over is None:
-            return dx
-        deps = [emulation.record(g_over, g_nan)]
-        noted = localisation.note_site(dy, g_over, g_nan, op_name=site, direction="backward")
-        if noted is not None:
-            deps.append(noted)
-        with tf.control_dependencies(deps):
-            return tf.identity(dx)
-
-    return value, grad
-
-
 def _sat(x):
     """A float16 op boundary: the float32 result ``x`` of an op becomes the float16 output the
     device would produce — rounded to float16 precision and saturated (+-65504, NaN -> 0,
-    overflow recorded in ``npu_loss_scale.device.register``'s float-status register) — and the
-    gradient flowing back into it is rounded and saturated the same way. Returned as float32
-    holding float16 values, so the next op computes in float32 (the device's matrix unit also
-    accumulates float16 products in float32); TensorFlow's float16 CPU kernels are 5-100x
-    slower than this emulation and would make the example impractical."""
-    _site_name[0] = None if tf.executing_eagerly() else x.op.name
-    return _half_boundary(x)
+    overflow recorded in the emulated float-status register) — and the gradient flowing back
+    into it is rounded and saturated the same way (``npu_loss_scale.emulation.round_to_float16``:
+    one pass over the tensor). Returned as float32 holding float16 values, so the next op
+    computes in float32 (the device's matrix unit also accumulates float16 products in float32);
+    TensorFlow's float16 CPU kernels are 5-100x slower than this emulation and would make the
+    example impractical. With saturation off, only rounded (IEEE inf and NaN kept)."""
+    from npu_loss_scale import emulation
+    if _saturation["enabled"]:
+        return emulation.round_to_float16(x)
+    return tf.cast(tf.cast(x, tf.float16), tf.float32)
 
 
 class Precision:

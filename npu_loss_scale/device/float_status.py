@@ -130,17 +130,53 @@ def record(overflowed, nan_seen=None):
     cannot lose an overflow. The register is sticky: what is recorded stays until a read of a
     loss-scale optimizer (its own slot) or a device clear. Returns the op.
     """
-    table = _register()
     flags = [tf.convert_to_tensor(overflowed, tf.bool)]
-    words = [_OVERFLOW_WORD]
     if nan_seen is not None:
         flags.append(tf.convert_to_tensor(nan_seen, tf.bool))
-        words.append(_NAN_WORD)
-    keys = [[slot * STATUS_WORDS + w for slot in range(READER_SLOTS)] for w in words]
-    keys = where(tf.stack(flags)[:, None], tf.constant(keys, tf.int32),
-                 tf.constant(_SCRATCH, tf.int32))
-    keys = tf.reshape(keys, [-1])
-    return table.insert(keys, tf.ones_like(keys), name="record_float_status")
+    return record_flags(tf.stack(flags))
+
+
+def record_flags(flags):
+    """:func:`record` of a bool vector: ``[overflowed]`` or ``[overflowed, nan_seen]`` (what the
+    saturation kernels give). In a graph it adds three ops (the flags as a column, a select of
+    the keys, the insert); the constants it reads are made once per graph and control-flow
+    context (a rewrite rounds dozens of values, each recorded here)."""
+    column, keys, scratch, ones = _record_constants(tf.compat.dimension_value(flags.shape[0]))
+    keys = where(tf.reshape(flags, column), keys, scratch)
+    return _register().insert(keys, ones, name="record_float_status")
+
+
+_CONSTANTS_ATTR = "_npu_loss_scale_record_constants"   # on the graph: dies with it
+
+
+def _record_constants(words):
+    """The constants of a record of ``words`` flags (1 or 2): the flags' shape as a column, the
+    keys (row w: word w in every reader slot), the scratch key and the values. Made where no
+    control dependency applies (later records share them); eagerly, made each time."""
+    def make():
+        keys = [[slot * STATUS_WORDS + w for slot in range(READER_SLOTS)]
+                for w in (_OVERFLOW_WORD, _NAN_WORD)[:words]]
+        return (tf.constant([words, 1], tf.int32), tf.constant(keys, tf.int32),
+                tf.constant(_SCRATCH, tf.int32), tf.ones([words, READER_SLOTS], tf.int32))
+    if tf.executing_eagerly():
+        return make()
+    graph = tf.compat.v1.get_default_graph()
+    key = (graph._get_control_flow_context(), words)  # pylint: disable=protected-access
+    with _lock:
+        made = getattr(graph, _CONSTANTS_ATTR, None)
+        if made is None:
+            made = {}
+            setattr(graph, _CONSTANTS_ATTR, made)
+        if key not in made:
+            with graph.control_dependencies(None):
+                context = graph._get_control_flow_context()  # pylint: disable=protected-access
+                graph._set_control_flow_context(key[0])  # pylint: disable=protected-access
+                try:
+                    with tf.name_scope("npu_float_status_record/"):
+                        made[key] = make()
+                finally:
+                    graph._set_control_flow_context(context)  # pylint: disable=protected-access
+        return made[key]
 
 
 @as_is

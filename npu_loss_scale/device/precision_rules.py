@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from npu_loss_scale.device import localisation
 from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import saturate as saturate_lib
 from npu_loss_scale.device.precision_modes import PRECISION_MODES
 
 __all__ = ["CUBE_OPS", "FORCE_FP16_OPS", "RULES", "check_precision_mode", "round_to",
@@ -78,14 +79,6 @@ def check_precision_mode(value, name="precision_mode"):
     return value
 
 
-_rounded = weakref.WeakKeyDictionary()   # graph -> {tensor ref: the dtype it is a rounding to}
-_rounded_lock = threading.Lock()   # not _lock: rewrites round operands while holding that one
-
-
-def _ref(tensor):
-    return tensor.ref() if hasattr(tensor, "ref") else tensor.experimental_ref()
-
-
 def _may_reuse():
     """True when a rounding may serve another reader, or be taken as already rounded: in
     saturation mode on the emulation (a saturated rounding is finite and in range, so rounding it
@@ -98,13 +91,12 @@ def _may_reuse():
 def round_to(tensor, dtype, saturate):
     """``tensor`` rounded to ``dtype`` (saturated through the emulated register when ``saturate``
     and the dtype is float16), handed back in its own dtype."""
-    low = tf.cast(tensor, dtype)
     if saturate and dtype == tf.float16:
-        low = emulation.saturate(low)
-    out = tf.cast(low, tensor.dtype)
+        out = emulation.round_to_float16(tensor)
+    else:
+        out = tf.cast(tf.cast(tensor, dtype), tensor.dtype)
     if saturate and not tf.executing_eagerly() and _may_reuse():
-        with _rounded_lock:
-            _rounded.setdefault(out.graph, {})[_ref(out)] = dtype
+        saturate_lib.mark_rounded(out, dtype)
     return out
 
 
@@ -117,12 +109,11 @@ def round_operand(tensor, dtype, shared=None):
     reader; the context is the graph's current one, where the rounding is built). Reuse happens only where :func:`_may_reuse` says it changes nothing."""
     if tf.executing_eagerly() or not _may_reuse():
         return round_to(tensor, dtype, saturate=True)
-    with _rounded_lock:
-        if _rounded.get(tensor.graph, {}).get(_ref(tensor)) == dtype:
-            return tensor
+    if saturate_lib.rounded_to(tensor) == dtype:
+        return tensor
     if shared is None:
         return round_to(tensor, dtype, saturate=True)
-    key = (_ref(tensor), dtype, tensor.graph._get_control_flow_context())  # pylint: disable=protected-access
+    key = (saturate_lib.ref(tensor), dtype, tensor.graph._get_control_flow_context())  # pylint: disable=protected-access
     if key not in shared:
         shared[key] = round_to(tensor, dtype, saturate=True)
     return shared[key]

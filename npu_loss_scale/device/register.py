@@ -214,13 +214,51 @@ def saturate(x, name=None):
     return _saturate(x, name=name)
 
 
+def round_to_float16(x, name=None):
+    """``x`` as a float16 op's output on the device, kept in ``x``'s dtype: rounded to float16
+    precision (to nearest, ties to even) and, in saturation mode, saturated — an overflow becomes
+    ±65504 and sets the float-status register, NaN becomes 0 — and the gradient flowing back is
+    rounded and saturated the same way. In INF/NaN mode, and on the real device, only rounded.
+
+    What the precision emulation does to a cube op's operands and results, for models that
+    compute in float32 and round where the device would hold a float16 tensor (float32 kernels
+    are several times faster than float16 ones on a CPU). One pass over ``x`` when the package's
+    kernels are built (:mod:`npu_loss_scale._internal.kernels`). A float16 ``x`` is
+    :func:`saturate` d.
+
+    Example::
+
+        y = round_to_float16(tf.constant([1.0001, 7e4], tf.float32))
+        # y == [1.0, 65504.0] (float32), and npu_get_float_status_v2() is now non-zero
+    """
+    x = tf.convert_to_tensor(x)
+    saturate_lib.check_floating("x", x)
+    if x.dtype == tf.float16:
+        return saturate(x, name=name)
+    if x.dtype == tf.float32:
+        fused = round_half_saturated(x)
+        if fused is not None:
+            return fused if name is None else tf.identity(fused, name=name)
+    return tf.cast(saturate(tf.cast(x, tf.float16)), x.dtype, name=name)
+
+
+def round_half_saturated(x):
+    """``x`` (float32) rounded to float16 as :func:`saturate` of the rounding would leave it, in
+    one fused op (:func:`npu_loss_scale.device.saturate.round_half`), or None where that is not
+    what ``saturate`` does (INF/NaN mode, the real device, overflow localisation on, which notes
+    each rounding's site) or the package's kernels are not loaded."""
+    if localisation.enabled() or _device_plugin() is not None or is_inf_nan_enabled():
+        return None
+    return saturate_lib.round_half(x)
+
+
 def _localising_ieee():
     """True while building a graph in INF/NaN mode with overflow localisation on (emulation)."""
     return (localisation.enabled() and is_inf_nan_enabled() and _device_plugin() is None
             and not tf.executing_eagerly())
 
 
-__all__ = ["saturate", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
+__all__ = ["saturate", "round_to_float16", "set_device_sat_mode", "get_device_sat_mode", "is_inf_nan_enabled",
            "npu_alloc_float_status", "npu_get_float_status", "npu_clear_float_status",
            "npu_get_float_status_v2", "npu_clear_float_status_v2", "record",
            "reset_register", "READER_SLOTS", "SATURATION", "INF_NAN", "STATUS_WORDS",

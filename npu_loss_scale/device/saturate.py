@@ -11,6 +11,7 @@ import threading
 import tensorflow as tf
 
 from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale._internal import kernels as _kernels
 from npu_loss_scale._internal.compat import tape
 from npu_loss_scale._internal.compat.ops import where
 from npu_loss_scale.device import float_status
@@ -20,19 +21,23 @@ as_is = _graphs.as_is
 
 
 def _saturate_values(x):
-    """(saturated x, overflowed?, nan seen?) for a floating tensor, in saturation mode.
+    """(saturated x, flags) for a floating tensor, in saturation mode; ``flags`` is bool[2]: an
+    inf seen, a NaN seen.
 
     A value of the tensor's own dtype that overflowed is ±inf, so clipping to ±MAX maps exactly
-    the overflowed values (and nothing else) to ±MAX. The value takes three passes over ``x``
-    (``IsNan``, a select against a scalar zero, one ``ClipByValue``: ``tf.clip_by_value`` would
-    be a ``Minimum`` and a ``Maximum``, and ``zeros_like`` one more pass), the flags three
-    (``IsInf`` and two ``Any``).
+    the overflowed values (and nothing else) to ±MAX. With the package's kernels loaded
+    (:mod:`npu_loss_scale._internal.kernels`) that is one op, ``NlsSaturate``, one pass over
+    ``x``; otherwise the value takes three passes (``IsNan``, a select against a scalar zero, one
+    ``ClipByValue``) and the flags three (``IsInf`` and two ``Any``). Both give the same bits.
     """
+    fused = _kernels.load_unscale_check()
+    if fused is not None:
+        return tuple(fused.nls_saturate(x))
     big = tf.constant(x.dtype.max, x.dtype)
     nan = tf.math.is_nan(x)
     y = tf.raw_ops.ClipByValue(t=where(nan, tf.constant(0, x.dtype), x),
                                clip_value_min=-big, clip_value_max=big)
-    return y, tf.reduce_any(tf.math.is_inf(x)), tf.reduce_any(nan)
+    return y, tf.stack([tf.reduce_any(tf.math.is_inf(x)), tf.reduce_any(nan)])
 
 
 def check_floating(name, x):
@@ -90,10 +95,10 @@ def on_gradient(dy, site, build):
 
 
 def _saturate_dense_gradient(dy, site):
-    dy_sat, over, nan = _saturate_values(dy)
-    deps = [float_status.record(over, nan)]
+    dy_sat, flags = _saturate_values(dy)
+    deps = [float_status.record_flags(flags)]
     if localisation.enabled() and not tf.executing_eagerly():
-        deps.append(localisation.note_site(dy, over, nan, op_name=site or dy.op.name,
+        deps.append(localisation.note_site(dy, flags[0], flags[1], op_name=site or dy.op.name,
                                            direction="backward", dtype=dy.dtype))
     with tf.control_dependencies(deps):
         return tf.identity(dy_sat)
@@ -125,12 +130,12 @@ def _record_on_tape(outputs, inputs, site):
 
 
 def _saturate_with_grad(x, site=None, source=None):
-    y, over, nan = _saturate_values(x)
-    deps = [float_status.record(over, nan)]
+    y, flags = _saturate_values(x)
+    deps = [float_status.record_flags(flags)]
     if localisation.enabled() and not tf.executing_eagerly():
         source = rounding_source(x, source)
         site = site or (x.op.name if source is None else source.op.name)
-        deps.append(localisation.note_site(x if source is None else source, over, nan,
+        deps.append(localisation.note_site(x if source is None else source, flags[0], flags[1],
                                            op_name=site, dtype=x.dtype))
     with tf.control_dependencies(deps):
         y = tf.identity(y)
@@ -143,6 +148,83 @@ def _saturate_with_grad(x, site=None, source=None):
     return out[0]
 
 
+# -- the rounding of the precision emulation, fused -------------------------------------------------
+def round_half(x):
+    """``x`` (float32) rounded to float16, saturated (recorded in the register) and handed back
+    as float32, in one op (``NlsRoundHalfSaturate``): the same bits and register words as a
+    ``Cast``, :func:`_saturate` and a ``Cast`` back, and the same gradient (the gradient flowing
+    back is rounded and saturated the same way). None when the package's kernels are not loaded
+    (:mod:`npu_loss_scale._internal.kernels`): the caller builds the three ops instead. Without
+    overflow localisation only: it notes no site."""
+    fused = _kernels.load_unscale_check()
+    if fused is None:
+        return None
+    return _round_half_recorded(fused, x)
+
+
+def _round_half_recorded(fused, x):
+    y, flags = fused.nls_round_half_saturate(x)
+    with tf.control_dependencies([float_status.record_flags(flags)]):
+        return tf.identity(y)
+
+
+def _round_half_dense_gradient(dy, site):  # pylint: disable=unused-argument
+    if localisation.enabled():   # turned on since the forward op was built: note the site
+        dy16 = _saturate_gradient(tf.cast(dy, tf.float16), site)
+        return tf.cast(dy16, dy.dtype)
+    if rounded_to(dy) == tf.float16:
+        return dy   # a rounded value (a backward cube op's rounded result): rounding changes nothing
+    out = _round_half_recorded(_kernels.load_unscale_check(), dy)
+    if not tf.executing_eagerly():   # a cube op's gradient reading it does not round it again
+        mark_rounded(out, tf.float16)
+    return out
+
+
+# Values of a graph known to be saturated roundings (finite, in range, of the dtype's precision):
+# rounding one again to its dtype changes no value and sets no register word, so the precision
+# emulation takes it as it is (:func:`npu_loss_scale.device.precision_rules.round_operand`, which
+# decides when that holds: saturation mode, no localisation).
+_ROUNDED_ATTR = "_npu_loss_scale_rounded"   # on the graph: {tensor ref: dtype}, dies with it
+_rounded_lock = threading.Lock()
+
+
+def ref(tensor):
+    """A hashable reference to ``tensor`` (``ref()``, or 1.15's ``experimental_ref()``)."""
+    return tensor.ref() if hasattr(tensor, "ref") else tensor.experimental_ref()
+
+
+def mark_rounded(tensor, dtype):
+    """Notes that graph tensor ``tensor`` is a saturated rounding to ``dtype``."""
+    with _rounded_lock:
+        rounded = getattr(tensor.graph, _ROUNDED_ATTR, None)
+        if rounded is None:
+            rounded = {}
+            setattr(tensor.graph, _ROUNDED_ATTR, rounded)
+        rounded[ref(tensor)] = dtype
+
+
+def rounded_to(tensor):
+    """The dtype graph tensor ``tensor`` is a saturated rounding to, or None (and for an eager
+    tensor)."""
+    if tf.executing_eagerly() or isinstance(tensor, tf.IndexedSlices):
+        return None
+    with _rounded_lock:
+        return getattr(tensor.graph, _ROUNDED_ATTR, {}).get(ref(tensor))
+
+
+@tf.RegisterGradient("NlsRoundHalfSaturate")
+def _round_half_gradient(op, dy, unused_dflags):  # pylint: disable=unused-argument
+    site = op.inputs[0].op.name if localisation.enabled() else None
+    return on_gradient(dy, site, _round_half_dense_gradient)
+
+
+@tf.RegisterGradient("NlsSaturate")
+def _saturate_op_gradient(op, dy, unused_dflags):  # pylint: disable=unused-argument
+    # the forward value is always taken through stop_gradient (_saturate_with_grad) or a custom
+    # gradient (_eager_saturate); should a gradient reach the op, it is the device's: saturated
+    return _saturate_gradient(dy)
+
+
 def _eager_saturate(x, y):
     @tf.custom_gradient
     def passthrough(value):  # pylint: disable=unused-argument
@@ -150,4 +232,4 @@ def _eager_saturate(x, y):
     return passthrough(x)
 
 
-__all__ = ["building_internals", "check_floating"]
+__all__ = ["building_internals", "check_floating", "mark_rounded", "round_half", "rounded_to"]

@@ -11,15 +11,25 @@ the kernel multiplies once). The product is bitwise what TensorFlow's ``Mul`` gi
 unscaling multiply plus the per-tensor sum of the ``inf_nan`` and ``emulation`` backends:
 one pass over the gradients instead of two.
 
+The same library holds the saturation kernels of the emulated device (``saturate.cc``):
+``NlsSaturate(x) -> (y, flags)``, saturation-mode arithmetic in one pass (an inf becomes the
+dtype's largest finite value of its sign, a NaN +0; ``flags``: an inf seen, a NaN seen), and
+``NlsRoundHalfSaturate(x) -> (y, flags)``, the precision emulation's rounding of a float32
+value to float16 with that saturation, handed back as float32 (a ``Cast``, the saturation and a
+``Cast`` back in one pass, with the CPU's F16C conversions where it has them). Both give the bits
+the TensorFlow ops they replace give (:mod:`npu_loss_scale.device.saturate` falls back to those
+ops when the library is not loaded).
+
 Building needs a C++ compiler (``$CXX``, else ``g++``, else ``c++``; C++17, or C++14 for the
 TensorFlow releases before 2.10, see :mod:`npu_loss_scale._internal.compat.kernel_build`) and takes
 about 20 seconds, once per TensorFlow version and machine: the library is cached under
 ``$NPU_LOSS_SCALE_CACHE`` (default ``~/.cache/npu_loss_scale``), keyed by the source, the
-TensorFlow version and its compile flags. ``NPU_LOSS_SCALE_FUSED_UNSCALE`` chooses:
+TensorFlow version and its compile flags. ``NPU_LOSS_SCALE_FUSED_UNSCALE`` chooses, for all of the library's kernels:
 
 ``auto`` (default)
-    use the kernel when it builds; otherwise warn once (:class:`FusedKernelWarning`, with the
-    reason) and keep the two-pass path, which gives the same decisions and values. A failed
+    use the kernels when they build; otherwise warn once (:class:`FusedKernelWarning`, with the
+    reason) and keep the TensorFlow ops (two passes for the unscaling, several per saturation),
+    which give the same decisions and values. A failed
     compilation is remembered in the cache (a ``.failed`` file beside the library it would have
     been), so later processes give the same reason at once instead of compiling again.
 ``on``
@@ -59,7 +69,9 @@ FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 ENV_MODE = "NPU_LOSS_SCALE_FUSED_UNSCALE"
 ENV_CACHE = "NPU_LOSS_SCALE_CACHE"
 MODES = ("auto", "on", "off")
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unscale_check.cc")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# one library, built from both sources: the unscale-and-check op and the saturation ops
+_SOURCES = tuple(os.path.join(_HERE, name) for name in ("unscale_check.cc", "saturate.cc"))
 _lock = threading.Lock()
 _state = {}
 
@@ -100,10 +112,12 @@ def _plan(tf):
     if cxx is None:
         raise OSError("no C++ compiler found ($CXX, g++, c++)")
     flags = kernel_build.compile_flags(tf) + kernel_build.link_flags(tf)
-    with open(_SOURCE, "rb") as handle:
-        source = handle.read()
+    sources = []
+    for path in _SOURCES:
+        with open(path, "rb") as handle:
+            sources.append(handle.read())
     key = hashlib.sha256(b"\0".join(
-        [source, tf.__version__.encode(), sys.platform.encode(), cxx.encode()]
+        sources + [tf.__version__.encode(), sys.platform.encode(), cxx.encode()]
         + [f.encode() for f in flags])).hexdigest()[:20]
     return cxx, flags, os.path.join(_cache_dir(), "unscale_check-%s.so" % key)
 
@@ -131,7 +145,7 @@ def _build(tf):
             return target
         _raise_remembered(failed)
         partial = "%s.%d.tmp" % (target, os.getpid())
-        cmd = [cxx, "-O3", "-shared", "-fPIC", _SOURCE, "-o", partial] + flags
+        cmd = [cxx, "-O3", "-shared", "-fPIC"] + list(_SOURCES) + ["-o", partial] + flags
         logger.info("building the fused unscale-and-check kernel for TensorFlow %s with %s "
                     "(once per TensorFlow version and machine, about 20 s); cache: %s",
                     tf.__version__, cxx, folder)
@@ -195,8 +209,9 @@ def load_unscale_check():
             if not _state.get("warned"):
                 _state["warned"] = True
                 warnings.warn("npu_loss_scale: the fused unscale-and-check kernel did not build "
-                              "(%s); gradients are checked and unscaled in two passes (same "
-                              "results, slower). Set %s=off to silence this."
+                              "(%s); gradients are checked and unscaled in two passes, and the "
+                              "emulated device saturates with TensorFlow ops (same results, "
+                              "slower). Set %s=off to silence this."
                               % (error, ENV_MODE), FusedKernelWarning, stacklevel=3)
     return module
 

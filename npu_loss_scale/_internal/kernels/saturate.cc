@@ -1,0 +1,239 @@
+// Saturation-mode arithmetic in one pass over a tensor (see npu_loss_scale/device/saturate.py).
+//
+// NlsSaturate(x: T) -> (y: T, flags: bool[2]): y is x with every inf replaced by the dtype's
+// largest finite value of the same sign and every NaN by +0; flags[0] says whether x held an
+// inf, flags[1] whether it held a NaN.
+//
+// NlsRoundHalfSaturate(x: float) -> (y: float, flags: bool[2]): x rounded to float16 (to
+// nearest, ties to even: TensorFlow's Cast), saturated as above in float16 (an overflow to inf
+// becomes +-65504) and handed back as float32; flags as above, of the float16 values. It is the
+// Cast, the saturation and the Cast back of the precision emulation's rounding in one pass.
+//
+// The values are what those TensorFlow ops give, bit for bit: the conversions are Eigen's, as
+// TensorFlow's Cast kernels use them, and run under the same floating-point environment.
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/public/version.h"
+#if defined(TF_MAJOR_VERSION)
+#define NLS_SAT_TF_BEFORE(major, minor) \
+  (TF_MAJOR_VERSION < (major) || (TF_MAJOR_VERSION == (major) && TF_MINOR_VERSION < (minor)))
+#else
+#define NLS_SAT_TF_BEFORE(major, minor) 0
+#endif
+
+#if NLS_SAT_TF_BEFORE(2, 0)
+#include "tensorflow/core/lib/core/threadpool.h"
+#else
+#include "tensorflow/core/platform/threadpool.h"
+#endif
+
+#if NLS_SAT_TF_BEFORE(2, 13)
+#define NLS_SAT_OK() ::tensorflow::Status::OK()
+#else
+#define NLS_SAT_OK() ::absl::OkStatus()
+#endif
+
+namespace nls_saturate {
+
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+tensorflow::Status SameShapeAndTwoFlags(tensorflow::shape_inference::InferenceContext* c) {
+  c->set_output(0, c->input(0));
+  c->set_output(1, c->Vector(2));
+  return NLS_SAT_OK();
+}
+
+REGISTER_OP("NlsSaturate")
+    .Input("x: T")
+    .Output("y: T")
+    .Output("flags: bool")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn(SameShapeAndTwoFlags);
+
+REGISTER_OP("NlsRoundHalfSaturate")
+    .Input("x: float")
+    .Output("y: float")
+    .Output("flags: bool")
+    .SetShapeFn(SameShapeAndTwoFlags);
+
+// A value widened exactly, for the tests of inf and NaN (TensorFlow 1.15's bfloat16 has none
+// of its own).
+template <typename T>
+inline float Wide(T v) { return static_cast<float>(v); }
+inline double Wide(double v) { return v; }
+
+// One element: the saturated value of v (in its own type T) and the flags it raises.
+template <typename T>
+inline T SaturateOne(T v, bool* inf, bool* nan) {
+  const auto wide = Wide(v);
+  if (std::isnan(wide)) {
+    *nan = true;
+    return T(0.0f);
+  }
+  if (std::isinf(wide)) {
+    *inf = true;
+    return wide > 0 ? Eigen::NumTraits<T>::highest() : Eigen::NumTraits<T>::lowest();
+  }
+  return v;
+}
+
+// Saturates src[begin, end) into dst, one element at a time; ORs in the flags it raises.
+template <typename T>
+void SaturateRange(const T* src, T* dst, int64_t begin, int64_t end, bool* inf, bool* nan) {
+  for (int64_t i = begin; i < end; ++i) dst[i] = SaturateOne(src[i], inf, nan);
+}
+
+// Rounds src[begin, end) to float16 (Eigen's conversion, TensorFlow's Cast), saturates, and
+// writes the float32 values back; ORs in the flags.
+void RoundHalfRange(const float* src, float* dst, int64_t begin, int64_t end, bool* inf,
+                    bool* nan) {
+  for (int64_t i = begin; i < end; ++i) {
+    const Eigen::half low = static_cast<Eigen::half>(src[i]);
+    dst[i] = static_cast<float>(SaturateOne(low, inf, nan));
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define NLS_SAT_F16C 1
+// RoundHalfRange eight values at a time with the CPU's own conversions (F16C, round to
+// nearest with ties to even, as Eigen's; float16 subnormals kept) and the saturation on the
+// float16 bits: an all-ones exponent is an inf (fraction 0: becomes sign | 0x7bff, +-65504) or
+// a NaN (becomes +0).
+__attribute__((target("avx,f16c"))) void RoundHalfRangeF16C(const float* src, float* dst,
+                                                            int64_t begin, int64_t end,
+                                                            bool* inf, bool* nan) {
+  const __m128i exponent = _mm_set1_epi16(0x7c00), fraction = _mm_set1_epi16(0x03ff),
+                sign = _mm_set1_epi16(static_cast<short>(0x8000)),
+                largest = _mm_set1_epi16(0x7bff), zero = _mm_setzero_si128();
+  __m128i any_inf = zero, any_nan = zero;
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i special = _mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent);
+    const __m128i whole = _mm_cmpeq_epi16(_mm_and_si128(h, fraction), zero);
+    const __m128i is_inf = _mm_and_si128(special, whole);
+    any_inf = _mm_or_si128(any_inf, is_inf);
+    any_nan = _mm_or_si128(any_nan, _mm_andnot_si128(whole, special));
+    const __m128i saturated = _mm_or_si128(
+        _mm_andnot_si128(special, h),
+        _mm_and_si128(is_inf, _mm_or_si128(_mm_and_si128(h, sign), largest)));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(saturated));
+  }
+  if (_mm_movemask_epi8(any_inf)) *inf = true;
+  if (_mm_movemask_epi8(any_nan)) *nan = true;
+  RoundHalfRange(src, dst, i, end, inf, nan);
+}
+
+bool HasF16C() {
+  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+// Runs range(begin, end, &inf, &nan) over n elements, in parallel shards for large tensors;
+// writes the ORed flags of the shards.
+template <typename Range>
+void Run(OpKernelContext* ctx, int64_t n, Range range, bool* flags) {
+  std::atomic<bool> any_inf(false), any_nan(false);
+  auto work = [&](int64_t begin, int64_t end) {
+    bool inf = false, nan = false;
+    range(begin, end, &inf, &nan);
+    if (inf) any_inf.store(true, std::memory_order_relaxed);
+    if (nan) any_nan.store(true, std::memory_order_relaxed);
+  };
+  auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+  if (n < 32768 || threads == nullptr || threads->num_threads <= 1) {
+    work(0, n);
+  } else {
+    threads->workers->ParallelFor(n, /*cost_per_unit=*/4, work);
+  }
+  flags[0] = any_inf.load();
+  flags[1] = any_nan.load();
+}
+
+template <typename T>
+class SaturateOp : public OpKernel {
+ public:
+  explicit SaturateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));
+    Tensor* flags = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({2}), &flags));
+    const T* src = in.flat<T>().data();
+    T* dst = out->flat<T>().data();
+    bool result[2];
+    Run(ctx, in.NumElements(),
+        [src, dst](int64_t begin, int64_t end, bool* inf, bool* nan) {
+          SaturateRange(src, dst, begin, end, inf, nan);
+        },
+        result);
+    flags->flat<bool>()(0) = result[0];
+    flags->flat<bool>()(1) = result[1];
+  }
+};
+
+class RoundHalfSaturateOp : public OpKernel {
+ public:
+  explicit RoundHalfSaturateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));
+    Tensor* flags = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({2}), &flags));
+    const float* src = in.flat<float>().data();
+    float* dst = out->flat<float>().data();
+    bool result[2];
+#ifdef NLS_SAT_F16C
+    if (HasF16C()) {
+      Run(ctx, in.NumElements(),
+          [src, dst](int64_t begin, int64_t end, bool* inf, bool* nan) {
+            RoundHalfRangeF16C(src, dst, begin, end, inf, nan);
+          },
+          result);
+    } else
+#endif
+    {
+      Run(ctx, in.NumElements(),
+          [src, dst](int64_t begin, int64_t end, bool* inf, bool* nan) {
+            RoundHalfRange(src, dst, begin, end, inf, nan);
+          },
+          result);
+    }
+    flags->flat<bool>()(0) = result[0];
+    flags->flat<bool>()(1) = result[1];
+  }
+};
+
+#define NLS_REGISTER_SATURATE(T) \
+  REGISTER_KERNEL_BUILDER(       \
+      Name("NlsSaturate").Device(DEVICE_CPU).TypeConstraint<T>("T"), SaturateOp<T>)
+NLS_REGISTER_SATURATE(float);
+NLS_REGISTER_SATURATE(double);
+NLS_REGISTER_SATURATE(Eigen::half);
+NLS_REGISTER_SATURATE(tensorflow::bfloat16);
+#undef NLS_REGISTER_SATURATE
+
+REGISTER_KERNEL_BUILDER(Name("NlsRoundHalfSaturate").Device(DEVICE_CPU), RoundHalfSaturateOp);
+
+}  // namespace nls_saturate

@@ -1,0 +1,220 @@
+"""The saturation kernels (npu_loss_scale/_internal/kernels/saturate.cc): ``NlsSaturate`` and the
+fused rounding ``NlsRoundHalfSaturate`` of the precision emulation.
+
+Expected values come from NumPy, which shares nothing with the kernels: float32 to float16 is
+NumPy's conversion (round to nearest, ties to even, subnormals kept), an inf becomes the dtype's
+largest finite value of its sign and a NaN +0; the flags are ``isinf(...).any()`` and
+``isnan(...).any()``. Then the emulation with the kernels is held to the emulation without them
+(every rounding a Cast, TensorFlow ops for the saturation, a Cast back): the same bits in the
+values and gradients, the same register words."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from npu_loss_scale._internal import kernels as _kernels
+from npu_loss_scale.device import precision
+from npu_loss_scale.device import register as emulation
+from npu_loss_scale.device import saturation
+from tf_versions import evaluate, tf2_only
+
+F16_MAX = np.float16(65504)
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    monkeypatch.setenv(_kernels.ENV_MODE, "on")
+    module = _kernels.load_unscale_check()
+    assert module is not None
+    return module
+
+
+def float32_patterns(seed, per_exponent):
+    """float32 values over every exponent of both signs (random fractions and the fractions at
+    float16's rounding boundaries: 13 low bits of the fraction are dropped), and the specials."""
+    rng = np.random.RandomState(seed)
+    edges = np.array([0, 1, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0x7FE000,
+                      0x7FEFFF, 0x7FF000, 0x7FF001, 0x7FFFFF], np.uint32)
+    fractions = np.concatenate([rng.randint(0, 1 << 23, per_exponent).astype(np.uint32), edges])
+    exponents = np.arange(256, dtype=np.uint32)
+    bits = (exponents[:, None] << 23) | fractions[None, :]
+    bits = np.concatenate([bits.ravel(), bits.ravel() | np.uint32(0x80000000)])
+    values = bits.view(np.float32)
+    near_max = np.array([65504, 65505, 65519.996, 65520, 65536, 3e38, 5.96e-8, 2.98e-8,
+                         2.9802322e-8, 2.9802326e-8, 6.1e-5, 6.097555e-5], np.float32)
+    return np.concatenate([values, near_max, -near_max])
+
+
+def numpy_saturated(low):
+    """``low`` (any float dtype) with infs at the dtype's extremes and NaNs at +0."""
+    big = np.finfo(low.dtype).max
+    out = np.where(np.isnan(low), low.dtype.type(0), low)
+    return np.where(np.isinf(out), np.sign(out) * big, out).astype(low.dtype)
+
+
+def numpy_round_half(x):
+    with np.errstate(over="ignore", invalid="ignore"):
+        low = x.astype(np.float16)
+    flags = [bool(np.isinf(low).any()), bool(np.isnan(low).any())]
+    return numpy_saturated(low).astype(np.float32), flags
+
+
+def assert_same_bits(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    unsigned = "u%d" % got.dtype.itemsize
+    differ = np.flatnonzero(got.view(unsigned) != want.view(unsigned))
+    assert differ.size == 0, "%d elements differ, the first: %s got %s, want %s" % (
+        differ.size, differ[:5], got.ravel()[differ[:5]], want.ravel()[differ[:5]])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_fused_rounding_is_numpys_float16_saturated_over_every_exponent(fused, seed):
+    x = float32_patterns(seed, per_exponent=600)       # about 314,000 values: sharded in parallel
+    got, flags = evaluate(lambda: fused.nls_round_half_saturate(tf.constant(x)))
+    want, want_flags = numpy_round_half(x)
+    assert_same_bits(got, want)
+    assert list(flags) == want_flags == [True, True]
+
+
+@pytest.mark.parametrize("size", [1, 5, 32767, 32768, 100_003])
+def test_the_flags_find_one_inf_or_nan_wherever_it_is(fused, size):
+    rng = np.random.RandomState(size)
+    base = (rng.rand(size).astype(np.float32) - 0.5) * 60000
+    positions = sorted({0, size // 2, size // 3, size - 1})
+    for pos in positions:
+        for value, want in ((1e6, [True, False]), (-np.inf, [True, False]),
+                            (np.nan, [False, True])):
+            x = base.copy()
+            x[pos] = value
+            got, flags = evaluate(lambda: fused.nls_round_half_saturate(tf.constant(x)))  # pylint: disable=cell-var-from-loop
+            assert list(flags) == want, (pos, value)
+            assert got[pos] == (0.0 if np.isnan(value) else np.sign(value) * 65504.0)
+    _, flags = evaluate(lambda: fused.nls_round_half_saturate(tf.constant(base)))
+    assert list(flags) == [False, False]
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
+def test_nls_saturate_keeps_finite_values_and_maps_infs_and_nans_in_every_dtype(fused, dtype):
+    rng = np.random.RandomState(3)
+    numpy_dtype = np.float32 if dtype == tf.bfloat16 else dtype.as_numpy_dtype
+    finite = (rng.randn(50_000) * 1000).astype(numpy_dtype)
+    specials = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0], numpy_dtype)
+    x = np.concatenate([finite, specials])
+    got, flags = evaluate(lambda: fused.nls_saturate(tf.cast(tf.constant(x), dtype)))
+    if dtype == tf.bfloat16:
+        # bfloat16 to float32 is exact: the expected values are the bfloat16 ones, widened
+        low = evaluate(lambda: tf.cast(tf.cast(tf.constant(x), tf.bfloat16), tf.float32))
+        got = got.astype(np.float32)
+        big = np.float32(tf.bfloat16.max)
+        want = np.where(np.isnan(low), np.float32(0), low)
+        want = np.where(np.isinf(want), np.sign(want) * big, want).astype(np.float32)
+    else:
+        want = numpy_saturated(x)
+    assert_same_bits(got, want)
+    assert list(flags) == [True, True]
+    assert np.signbit(got[-2]) and not np.signbit(got[-1])   # -0 kept, +0 kept, NaN +0
+    assert not np.signbit(got[-3])
+
+
+def test_the_emulation_rounds_through_the_kernel_and_without_it_to_the_same_bits(
+        npu_shim, fused, monkeypatch):  # pylint: disable=unused-argument
+    """A TF1 graph rewritten at session creation (allow_mix_precision): a matmul whose float16
+    result overflows, one whose operands lose bits, their gradients; with the kernels and with
+    them off, the values and the register agree, and only the first run has the fused op."""
+    from npu_bridge.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
+    precision.install_session_hook()
+    cfg = npu_config_proto()
+    cfg.graph_options.rewrite_options.custom_optimizers[0].parameter_map[
+        "precision_mode"].s = b"allow_mix_precision"
+    rng = np.random.RandomState(5)
+    x_value = (rng.randn(16, 24) * 40).astype(np.float32)
+    w_value = (rng.randn(24, 8) * 200).astype(np.float32)
+
+    def run():
+        with tf.Graph().as_default() as graph:
+            x = tf.constant(x_value)
+            w = tf.compat.v1.get_variable("w", initializer=tf.constant(w_value))
+            y = tf.matmul(x, w) * 1.0
+            loss = tf.reduce_sum(y * y)
+            grads = tf.gradients(loss, [w])
+            status = emulation.npu_get_float_status_v2()
+            with tf.compat.v1.Session(graph=graph, config=cfg) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                values = sess.run([y, loss] + grads)
+                words = sess.run(status)
+            types = {op.type for op in graph.get_operations()}
+        return values, words, types
+
+    with_kernels, words, types = run()
+    assert "NlsRoundHalfSaturate" in types
+    monkeypatch.setattr(_kernels, "load_unscale_check", lambda: None)
+    without, words_without, types_without = run()
+    assert "NlsRoundHalfSaturate" not in types_without and "NlsSaturate" not in types_without
+    assert words[0] == 1 and list(words) == list(words_without)
+    assert np.max(np.abs(with_kernels[0])) == 65504.0     # the overflow saturated
+    for got, want in zip(with_kernels, without):
+        assert_same_bits(np.asarray(got), np.asarray(want))
+
+
+def test_every_op_saturation_through_the_kernel_and_without_it_gives_the_same_bits(
+        fused, monkeypatch):  # pylint: disable=unused-argument
+    x_value = np.array([[300.0, 2.0, -250.0], [1e-3, 70.0, 300.0]], np.float16)
+
+    def run():
+        with tf.Graph().as_default() as graph:
+            with saturation.saturate_every_op():
+                x = tf.constant(x_value)
+                w = tf.compat.v1.get_variable("w", initializer=tf.constant(x_value.T))
+                y = tf.matmul(x, w)
+                z = tf.exp(y / 1000.0) + y * y
+                grads = tf.gradients(tf.reduce_sum(tf.cast(z, tf.float32)), [w])
+            status = emulation.npu_get_float_status_v2()
+            with tf.compat.v1.Session(graph=graph) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                values = sess.run([y, z] + grads)
+                words = sess.run(status)
+            types = {op.type for op in graph.get_operations()}
+        return values, words, types
+
+    with_kernels, words, types = run()
+    assert "NlsSaturate" in types
+    monkeypatch.setattr(_kernels, "load_unscale_check", lambda: None)
+    without, words_without, _ = run()
+    assert words[0] == 1 and list(words) == list(words_without)
+    for got, want in zip(with_kernels, without):
+        assert_same_bits(np.asarray(got), np.asarray(want))
+
+
+@tf2_only
+def test_a_traced_step_rounds_its_gradients_through_the_kernel_to_the_same_bits(
+        fused, monkeypatch):  # pylint: disable=unused-argument
+    """TF2 code rounds as it is traced, before its gradients: the gradient flowing back through
+    a fused rounding is rounded and saturated as through a Cast, saturate() and a Cast."""
+    rng = np.random.RandomState(7)
+    x = tf.constant((rng.randn(8, 12) * 30).astype(np.float32))
+    w_value = (rng.randn(12, 4) * 30).astype(np.float32)
+
+    def run():
+        emulation.reset_register()
+        w = tf.Variable(w_value)
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                y = tf.matmul(x, w)
+                loss = tf.reduce_sum(y * y * 1e3)   # a backward value beyond float16's range
+            return y, loss, tape.gradient(loss, w), emulation.npu_get_float_status_v2()
+
+        with precision.op_precision("allow_mix_precision"):
+            values = [v.numpy() for v in step()]
+            types = {op.type for op in step.get_concrete_function().graph.get_operations()}
+        return values, types
+
+    with_kernels, types = run()
+    assert "NlsRoundHalfSaturate" in types
+    monkeypatch.setattr(_kernels, "load_unscale_check", lambda: None)
+    without, types_without = run()
+    assert "NlsRoundHalfSaturate" not in types_without
+    assert with_kernels[-1][0] == 1
+    assert np.max(np.abs(with_kernels[2])) == 65504.0     # the gradient saturated on its way back
+    for got, want in zip(with_kernels, without):
+        assert_same_bits(np.asarray(got), np.asarray(want))
