@@ -155,6 +155,48 @@ def test_the_emulation_rounds_through_the_kernel_and_without_it_to_the_same_bits
         assert_same_bits(np.asarray(got), np.asarray(want))
 
 
+def test_localised_roundings_through_the_kernel_are_the_same_sites_as_without_it(
+        npu_shim, fused, monkeypatch):  # pylint: disable=unused-argument
+    """With overflow localisation on, each rounding of the rewrite is a site named by the op
+    whose float32 value it rounds, with that value's magnitude: the same sites (names,
+    directions, magnitudes, order) with the kernels as without them."""
+    from npu_bridge.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
+    from npu_loss_scale.device import localisation  # pylint: disable=import-outside-toplevel
+    precision.install_session_hook()
+    cfg = npu_config_proto()
+    cfg.graph_options.rewrite_options.custom_optimizers[0].parameter_map[
+        "precision_mode"].s = b"allow_mix_precision"
+
+    def sites():
+        localisation.enable()
+        try:
+            with tf.Graph().as_default() as graph:
+                x = tf.constant([[300.0, 2.0], [1.0, 5.0]], name="x")
+                w = tf.compat.v1.get_variable("w", initializer=tf.constant([[300.0], [1.0]]))
+                y = tf.matmul(x, w, name="product") * 1.0
+                loss = tf.reduce_sum(y)
+                step = tf.compat.v1.train.GradientDescentOptimizer(0.0).minimize(loss)
+                with tf.control_dependencies([step]):
+                    status = emulation.npu_get_float_status_v2()
+                with tf.compat.v1.Session(graph=graph, config=cfg) as sess:
+                    sess.run(tf.compat.v1.global_variables_initializer())
+                    words = sess.run(status)
+                types = {op.type for op in graph.get_operations()}
+            record = localisation.last_record()
+            return words, types, [(s.op_name, s.direction, s.magnitude) for s in record.sites]
+        finally:
+            localisation.disable()
+
+    words, types, with_kernels = sites()
+    assert "NlsRoundHalfSaturate" in types
+    monkeypatch.setattr(_kernels, "load_unscale_check", lambda: None)
+    words_without, types_without, without = sites()
+    assert "NlsRoundHalfSaturate" not in types_without
+    assert words[0] == 1 and list(words) == list(words_without)
+    assert with_kernels == without
+    assert ("product", "forward", 90002.0) in with_kernels      # 300 * 300 + 2 * 1: over
+
+
 def test_every_op_saturation_through_the_kernel_and_without_it_gives_the_same_bits(
         fused, monkeypatch):  # pylint: disable=unused-argument
     x_value = np.array([[300.0, 2.0, -250.0], [1e-3, 70.0, 300.0]], np.float16)

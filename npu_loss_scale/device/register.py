@@ -245,9 +245,9 @@ def round_to_float16(x, name=None):
 def round_half_saturated(x):
     """``x`` (float32) rounded to float16 as :func:`saturate` of the rounding would leave it, in
     one fused op (:func:`npu_loss_scale.device.saturate.round_half`), or None where that is not
-    what ``saturate`` does (INF/NaN mode, the real device, overflow localisation on, which notes
-    each rounding's site) or the package's kernels are not loaded."""
-    if localisation.enabled() or _device_plugin() is not None or is_inf_nan_enabled():
+    what ``saturate`` does (INF/NaN mode, the real device) or the package's kernels are not
+    loaded."""
+    if _device_plugin() is not None or is_inf_nan_enabled():
         return None
     return saturate_lib.round_half(x)
 

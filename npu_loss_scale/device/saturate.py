@@ -70,6 +70,10 @@ def _saturate(x, name=None, site=None, source=None):
 
 _internal = threading.local()
 
+#: How deep this thread is in :func:`~npu_loss_scale.device.saturation.saturate_every_op`
+#: (``depth``; kept here, below that module, for :func:`_round_half_recorded`).
+every_op_state = threading.local()
+
 
 def building_internals():
     """True while the saturation of a gradient is being built in this thread: its own ops
@@ -154,24 +158,34 @@ def round_half(x):
     as float32, in one op (``NlsRoundHalfSaturate``): the same bits and register words as a
     ``Cast``, :func:`_saturate` and a ``Cast`` back, and the same gradient (the gradient flowing
     back is rounded and saturated the same way). None when the package's kernels are not loaded
-    (:mod:`npu_loss_scale._internal.kernels`): the caller builds the three ops instead. Without
-    overflow localisation only: it notes no site."""
+    (:mod:`npu_loss_scale._internal.kernels`): the caller builds the three ops instead. With
+    overflow localisation on, the rounding is a site named by ``x``'s op, with ``x``'s
+    magnitude (as :func:`rounding_source` names a rounding ``Cast``), and so is the gradient's
+    rounding on its way back."""
     fused = _kernels.load_unscale_check()
     if fused is None:
         return None
     return _round_half_recorded(fused, x)
 
 
-def _round_half_recorded(fused, x):
+def _round_half_recorded(fused, x, site=None, direction=None):
     y, flags = fused.nls_round_half_saturate(x)
-    with tf.control_dependencies([float_status.record_flags(flags)]):
+    deps = [float_status.record_flags(flags)]
+    if localisation.enabled() and not tf.executing_eagerly():
+        if site is None:
+            # under saturate_every_op a rounding's float16 cast is itself an op that saturates:
+            # the site is the rounding (its name says which op it rounds for: X_precision/...),
+            # as the cast would be; else the op whose value it rounds
+            site = y.op.name if getattr(every_op_state, "depth", 0) > 0 else x.op.name
+        deps.append(localisation.note_site(x, flags[0], flags[1], op_name=site,
+                                           direction=direction, dtype=tf.float16))
+    with tf.control_dependencies(deps):
         return tf.identity(y)
 
 
-def _round_half_dense_gradient(dy, site):  # pylint: disable=unused-argument
-    if localisation.enabled():   # turned on since the forward op was built: note the site
-        dy16 = _saturate_gradient(tf.cast(dy, tf.float16), site)
-        return tf.cast(dy16, dy.dtype)
+def _round_half_dense_gradient(dy, site):
+    if localisation.enabled():   # every rounding is a site: none is taken as already rounded
+        return _round_half_recorded(_kernels.load_unscale_check(), dy, site, "backward")
     if rounded_to(dy) == tf.float16:
         return dy   # a rounded value (a backward cube op's rounded result): rounding changes nothing
     out = _round_half_recorded(_kernels.load_unscale_check(), dy)

@@ -149,7 +149,7 @@ class _EveryOpCallback:
         return replaced
 
 
-_local = threading.local()
+_local = saturate_lib.every_op_state   # the depth of saturate_every_op in each thread
 
 
 @contextlib.contextmanager

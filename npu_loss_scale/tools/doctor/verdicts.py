@@ -73,6 +73,33 @@ def neutralised(value, dtype_max):
     return np.where(keep, value, np.zeros_like(value))
 
 
+#: The emulation's fused float16 rounding (``NlsRoundHalfSaturate``): its output is already
+#: saturated, so a replay reads which elements overflowed from the float32 value it rounds.
+FUSED_ROUNDING = "NlsRoundHalfSaturate"
+
+
+def _site_tensors(op):
+    """The tensors a replay takes of the site ``op`` as run and feeds back neutralised: its
+    floating outputs; of a fused rounding, its rounded value and then the value it rounds."""
+    if op.type == FUSED_ROUNDING:
+        return [op.outputs[0], op.inputs[0]]
+    return [t for t in op.outputs if t.dtype.is_floating]
+
+
+def _site_values(op, values, dtype_max):
+    """``(overflowed?, {tensor: neutralised value})`` of the site ``op`` from ``values``, its
+    :func:`_site_tensors` as run: a fused rounding's overflowed elements are those whose
+    float16 rounding is inf or NaN, replaced by zero in its rounded value."""
+    tensors = _site_tensors(op)
+    if op.type != FUSED_ROUNDING:
+        return (_overflowed(values, dtype_max),
+                {t: neutralised(v, dtype_max) for t, v in zip(tensors, values)})
+    rounded, wide = (np.asarray(v) for v in values)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lost = ~np.isfinite(wide.astype(np.float16))
+    return bool(lost.any()), {tensors[0]: np.where(lost, np.zeros_like(rounded), rounded)}
+
+
 def _finite(values):
     return all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in values)
 
@@ -124,7 +151,7 @@ def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, othe
     fetched site too, at its value as run, so that they also share one prepared graph; except
     for a site that one of them follows (feeding that one would hide the neutralised value)."""
     targets = ([loss] if loss is not None else []) + list(gradients)
-    floating = [[t for t in op.outputs if t.dtype.is_floating] for op in ops]
+    floating = [_site_tensors(op) for op in ops]
     verdicts = [None] * len(ops)
     for i, op in enumerate(ops):
         if not floating[i] or not targets:
@@ -137,7 +164,7 @@ def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, othe
     feeds = dict(feeds or {})
     if scale is not None and scale[1] is not None:
         feeds[scale[0]] = scale[1]
-    extra = [t for op in others if op not in ops for t in op.outputs if t.dtype.is_floating]
+    extra = [t for op in others if op not in ops for t in _site_tensors(op)]
     first = run({"targets": targets, "sites": [floating[i] for i in todo], "sources": sources,
                  "others": extra}, feeds)
     finite = _finite(first["targets"])
@@ -149,7 +176,8 @@ def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, othe
     held_ops = {t.op.name for t in held}
     for i, values in zip(todo, first["sites"]):
         op, dtype_max = ops[i], dtype_maxes[i]
-        if not _overflowed(values, dtype_max):
+        overflowed, replaced = _site_values(op, values, dtype_max)
+        if not overflowed:
             verdicts[i] = ("unknown", "%s did not overflow when the step was replayed (the "
                            "variables have moved on since)" % op.name)
         elif not finite:
@@ -160,7 +188,9 @@ def replay_sites(run, ops, loss, gradients, feeds, dtype_maxes, scale=None, othe
             fed.update(zip(sources, first["sources"]))
             if data is not None and not (data.descendants(op.name) - {op.name}) & held_ops:
                 fed.update(held)
-            fed.update({t: neutralised(v, dtype_max) for t, v in zip(floating[i], values)})
+            for t in floating[i]:
+                fed.pop(t, None)   # a fused rounding's input stays as computed
+            fed.update(replaced)
             difference = _max_difference(first["targets"], run(targets, fed))
             verdicts[i] = _compared(op.name, difference)
     return verdicts
