@@ -8,7 +8,7 @@
 #      meanwhile a fresh venv gets tensorflow-cpu and numpy as pinned in requirements/tf215.txt,
 #      and pytest
 #   2. twine check --strict; check-wheel-contents; every file of the package the checkout tracks
-#      (the shim's .py files at any depth, _internal/kernels/*.cc, py.typed) is in the wheel, and every
+#      (the shim's .py files at any depth, _internal/kernels/*.cc and *.h, py.typed) is in the wheel, and every
 #      tracked file of the project is in the sdist
 #   3. the wheel (not the checkout) installed into the fresh venv; then, from an empty folder:
 #      - every public name of the package is imported (its __all__ and lazy table);
@@ -109,6 +109,7 @@ tar -tzf "$sdist" > "$work/sdist.txt"
 absent="$(missing_from "$work/wheel.txt" "" npu_loss_scale)"
 [ -z "$absent" ] || fail "the wheel lacks these files of the package:"$'\n'"$absent"
 for required in npu_loss_scale/py.typed npu_loss_scale/_internal/kernels/unscale_check.cc \
+                npu_loss_scale/_internal/kernels/saturate.cc npu_loss_scale/_internal/kernels/tf_compat.h \
                 npu_loss_scale/_npu_bridge_shim/npu_bridge/npu_init.py \
                 npu_loss_scale/tools/doctor/templates/report.html.j2; do
   grep -qx "$required" "$work/wheel.txt" || fail "the wheel lacks $required"

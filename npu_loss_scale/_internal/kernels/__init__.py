@@ -72,6 +72,7 @@ MODES = ("auto", "on", "off")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # one library, built from both sources: the unscale-and-check op and the saturation ops
 _SOURCES = tuple(os.path.join(_HERE, name) for name in ("unscale_check.cc", "saturate.cc"))
+_HEADER = os.path.join(_HERE, "tf_compat.h")   # what both include
 _lock = threading.Lock()
 _state = {}
 
@@ -113,7 +114,7 @@ def _plan(tf):
         raise OSError("no C++ compiler found ($CXX, g++, c++)")
     flags = kernel_build.compile_flags(tf) + kernel_build.link_flags(tf)
     sources = []
-    for path in _SOURCES:
+    for path in _SOURCES + (_HEADER,):
         with open(path, "rb") as handle:
             sources.append(handle.read())
     key = hashlib.sha256(b"\0".join(

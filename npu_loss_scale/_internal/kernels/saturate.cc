@@ -21,42 +21,15 @@
 #include <immintrin.h>
 #endif
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/public/version.h"
-#if defined(TF_MAJOR_VERSION)
-#define NLS_SAT_TF_BEFORE(major, minor) \
-  (TF_MAJOR_VERSION < (major) || (TF_MAJOR_VERSION == (major) && TF_MINOR_VERSION < (minor)))
-#else
-#define NLS_SAT_TF_BEFORE(major, minor) 0
-#endif
+#include "tf_compat.h"
 
-#if NLS_SAT_TF_BEFORE(2, 0)
-#include "tensorflow/core/lib/core/threadpool.h"
-#else
-#include "tensorflow/core/platform/threadpool.h"
-#endif
-
-#if NLS_SAT_TF_BEFORE(2, 13)
-#define NLS_SAT_OK() ::tensorflow::Status::OK()
-#else
-#define NLS_SAT_OK() ::absl::OkStatus()
-#endif
-
-namespace nls_saturate {
-
-using tensorflow::DEVICE_CPU;
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
+namespace nls {
+namespace {  // the saturation kernels' own names
 
 tensorflow::Status SameShapeAndTwoFlags(tensorflow::shape_inference::InferenceContext* c) {
   c->set_output(0, c->input(0));
   c->set_output(1, c->Vector(2));
-  return NLS_SAT_OK();
+  return NLS_OK();
 }
 
 REGISTER_OP("NlsSaturate")
@@ -157,71 +130,49 @@ void Run(OpKernelContext* ctx, int64_t n, Range range, bool* flags) {
     if (inf) any_inf.store(true, std::memory_order_relaxed);
     if (nan) any_nan.store(true, std::memory_order_relaxed);
   };
-  auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
-  if (n < 32768 || threads == nullptr || threads->num_threads <= 1) {
-    work(0, n);
-  } else {
-    threads->workers->ParallelFor(n, /*cost_per_unit=*/4, work);
-  }
+  nls::ForShards(ctx, n, work);
   flags[0] = any_inf.load();
   flags[1] = any_nan.load();
+}
+
+// Computes y (in x's buffer when TensorFlow lets it) and the flags of input 0 with
+// range(src, dst, begin, end, &inf, &nan).
+template <typename T>
+void SaturateInto(OpKernelContext* ctx,
+                  void (*range)(const T*, T*, int64_t, int64_t, bool*, bool*)) {
+  const Tensor& in = ctx->input(0);
+  Tensor* out = nullptr;
+  OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));
+  Tensor* flags = nullptr;
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({2}), &flags));
+  const T* src = in.flat<T>().data();
+  T* dst = out->flat<T>().data();
+  bool result[2];
+  Run(ctx, in.NumElements(),
+      [src, dst, range](int64_t begin, int64_t end, bool* inf, bool* nan) {
+        range(src, dst, begin, end, inf, nan);
+      },
+      result);
+  flags->flat<bool>()(0) = result[0];
+  flags->flat<bool>()(1) = result[1];
 }
 
 template <typename T>
 class SaturateOp : public OpKernel {
  public:
   explicit SaturateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& in = ctx->input(0);
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));
-    Tensor* flags = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({2}), &flags));
-    const T* src = in.flat<T>().data();
-    T* dst = out->flat<T>().data();
-    bool result[2];
-    Run(ctx, in.NumElements(),
-        [src, dst](int64_t begin, int64_t end, bool* inf, bool* nan) {
-          SaturateRange(src, dst, begin, end, inf, nan);
-        },
-        result);
-    flags->flat<bool>()(0) = result[0];
-    flags->flat<bool>()(1) = result[1];
-  }
+  void Compute(OpKernelContext* ctx) override { SaturateInto<T>(ctx, SaturateRange<T>); }
 };
 
 class RoundHalfSaturateOp : public OpKernel {
  public:
   explicit RoundHalfSaturateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& in = ctx->input(0);
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));
-    Tensor* flags = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({2}), &flags));
-    const float* src = in.flat<float>().data();
-    float* dst = out->flat<float>().data();
-    bool result[2];
 #ifdef NLS_SAT_F16C
-    if (HasF16C()) {
-      Run(ctx, in.NumElements(),
-          [src, dst](int64_t begin, int64_t end, bool* inf, bool* nan) {
-            RoundHalfRangeF16C(src, dst, begin, end, inf, nan);
-          },
-          result);
-    } else
+    SaturateInto<float>(ctx, HasF16C() ? RoundHalfRangeF16C : RoundHalfRange);
+#else
+    SaturateInto<float>(ctx, RoundHalfRange);
 #endif
-    {
-      Run(ctx, in.NumElements(),
-          [src, dst](int64_t begin, int64_t end, bool* inf, bool* nan) {
-            RoundHalfRange(src, dst, begin, end, inf, nan);
-          },
-          result);
-    }
-    flags->flat<bool>()(0) = result[0];
-    flags->flat<bool>()(1) = result[1];
   }
 };
 
@@ -236,4 +187,5 @@ NLS_REGISTER_SATURATE(tensorflow::bfloat16);
 
 REGISTER_KERNEL_BUILDER(Name("NlsRoundHalfSaturate").Device(DEVICE_CPU), RoundHalfSaturateOp);
 
-}  // namespace nls_saturate
+}  // namespace
+}  // namespace nls
