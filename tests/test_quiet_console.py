@@ -140,6 +140,11 @@ TENSORFLOWS_OWN = [
     _cc("cpu_utils.cc", "CPU Frequency"),
     _cc("service.cc", "XLA service"),
     _cc("service.cc", "  StreamExecutor device"),
+    # 2.16+ (oneDNN v3): on a CPU without AVX-512's float16 support, TensorFlow's note, at the
+    # first float16 op it would give oneDNN, that it falls back to Eigen's kernel; printed for
+    # any program computing in float16 there (the snippets' float16 models), whatever the CPU
+    # of the run (absent on CPUs with that support)
+    _cc("util.cc", "oneDNN supports DT_HALF only on platforms with AVX-512"),
     # 2.x: TensorFlow's graph optimisation notice (2.6's words, then 2.15's), printed for any
     # program's first tf.function or Session run
     _cc("mlir_graph_optimization_pass.cc", "MLIR V1 optimization pass is not enabled"),
