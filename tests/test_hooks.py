@@ -75,6 +75,25 @@ def test_history_records_scale_overflow_skipped_and_global_step_per_iteration(gr
     assert history[0]["loss"] == pytest.approx(2.0)
 
 
+def test_a_record_left_by_an_earlier_localised_graph_is_not_this_steps(graph):
+    """Localisation on for another graph of the process, then off: its last record stays the
+    process's latest, and no step of this graph may take it for its own."""
+    from npu_loss_scale.device import localisation  # pylint: disable=import-outside-toplevel
+    localisation.enable()
+    try:
+        with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+            sess.run(nls.saturate(tf.constant([7e4], tf.float32) * tf.constant(1.0)))
+            y = nls.saturate(tf.cast(tf.constant([7e4]), tf.float16))
+            sess.run([y, nls.emulation.npu_get_float_status_v2()])
+        assert localisation.last_record() is not None
+    finally:
+        localisation.disable()
+    opt, train, x, loss = _build(_manager())
+    hook = LossScaleHook(optimizer=opt, every_n_steps=5, loss=loss, log_fn=lambda line: None)
+    _run([hook], train, x, FEEDS)
+    assert [h["overflow_record"] for h in hook.history] == [None] * len(FEEDS)
+
+
 def test_log_lines_every_n_iterations_and_on_every_overflow(graph):
     opt, train, x, loss = _build(_manager())
     lines = []

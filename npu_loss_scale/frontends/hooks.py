@@ -251,7 +251,10 @@ class LossScaleHook(tf.compat.v1.train.SessionRunHook):
                          / total, format_scale(self._last_scale)))
 
     def _new_overflow_record(self):
-        """The localisation record of the step just run (None when localisation is off)."""
+        """The localisation record of the step just run (None when localisation is off: a record
+        left by an earlier localised graph of the process is not this step's)."""
+        if not localisation.enabled():
+            return None
         located = localisation.last_record()
         if located is None or located is self._seen_record \
                 or located.step != localisation.steps_seen():
