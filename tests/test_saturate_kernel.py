@@ -197,6 +197,36 @@ def test_localised_roundings_through_the_kernel_are_the_same_sites_as_without_it
     assert ("product", "forward", 90002.0) in with_kernels      # 300 * 300 + 2 * 1: over
 
 
+def test_under_every_op_a_localised_rounding_and_its_gradient_are_sites_of_their_own(
+        fused):  # pylint: disable=unused-argument
+    """Under saturate_every_op a rounding's float16 cast would be an op that saturates, and so
+    would the cast of the gradient flowing back: the fused rounding and its gradient's rounding
+    are the sites, by their own names, so that the doctor can replay them."""
+    from npu_loss_scale.device import localisation  # pylint: disable=import-outside-toplevel
+    localisation.enable()
+    try:
+        with tf.Graph().as_default() as graph:
+            with saturation.saturate_every_op():
+                w = tf.compat.v1.get_variable("w", initializer=tf.constant([300.0]))
+                y = emulation.round_to_float16(w * 1.0)
+                loss = tf.reduce_sum(y * 1000.0)             # dloss/dy = 1000, in range
+                grad = tf.gradients(loss * 100.0, [w])[0]      # 100,000: over on its way back
+            with tf.control_dependencies([grad]):
+                status = emulation.npu_get_float_status_v2()
+            with tf.compat.v1.Session(graph=graph) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                got, words = sess.run([grad, status])
+        record = localisation.last_record()
+    finally:
+        localisation.disable()
+    assert words[0] == 1 and got[0] == 65504.0
+    sites = [(s.op_name, s.direction) for s in record.sites]
+    assert len(sites) == 1
+    name, direction = sites[0]
+    assert direction == "backward" and graph.get_operation_by_name(name).type == \
+        "NlsRoundHalfSaturate" and name.startswith("gradients/")
+
+
 def test_every_op_saturation_through_the_kernel_and_without_it_gives_the_same_bits(
         fused, monkeypatch):  # pylint: disable=unused-argument
     x_value = np.array([[300.0, 2.0, -250.0], [1e-3, 70.0, 300.0]], np.float16)

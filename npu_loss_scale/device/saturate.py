@@ -172,11 +172,13 @@ def _round_half_recorded(fused, x, site=None, direction=None):
     y, flags = fused.nls_round_half_saturate(x)
     deps = [float_status.record_flags(flags)]
     if localisation.enabled() and not tf.executing_eagerly():
-        if site is None:
+        if getattr(every_op_state, "depth", 0) > 0:
             # under saturate_every_op a rounding's float16 cast is itself an op that saturates:
-            # the site is the rounding (its name says which op it rounds for: X_precision/...),
-            # as the cast would be; else the op whose value it rounds
-            site = y.op.name if getattr(every_op_state, "depth", 0) > 0 else x.op.name
+            # the site is the rounding, forward or backward, as the cast would be (its name says
+            # which op it rounds for: X_precision/..., gradients/...); the doctor replays it
+            site = y.op.name
+        elif site is None:
+            site = x.op.name   # the op whose value it rounds
         deps.append(localisation.note_site(x, flags[0], flags[1], op_name=site,
                                            direction=direction, dtype=tf.float16))
     with tf.control_dependencies(deps):
