@@ -66,6 +66,25 @@ def assert_same_bits(got, want):
         differ.size, differ[:5], got.ravel()[differ[:5]], want.ravel()[differ[:5]])
 
 
+def precision_config(mode="allow_mix_precision"):
+    """A session config naming the NpuOptimizer's precision_mode, as Ascend scripts write it."""
+    from npu_bridge.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
+    cfg = npu_config_proto()
+    cfg.graph_options.rewrite_options.custom_optimizers[0].parameter_map[
+        "precision_mode"].s = mode.encode()
+    return cfg
+
+
+def run_graph(graph, fetches, status, config=None):
+    """``(values of fetches, register words after them, op types of the graph)`` of one run of
+    ``graph`` in a new Session (variables initialised)."""
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        values = sess.run(fetches)
+        words = sess.run(status)
+    return values, words, {op.type for op in graph.get_operations()}
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_fused_rounding_is_numpys_float16_saturated_over_every_exponent(fused, seed):
     x = float32_patterns(seed, per_exponent=600)       # about 314,000 values: sharded in parallel
@@ -120,11 +139,8 @@ def test_the_emulation_rounds_through_the_kernel_and_without_it_to_the_same_bits
     """A TF1 graph rewritten at session creation (allow_mix_precision): a matmul whose float16
     result overflows, one whose operands lose bits, their gradients; with the kernels and with
     them off, the values and the register agree, and only the first run has the fused op."""
-    from npu_bridge.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
     precision.install_session_hook()
-    cfg = npu_config_proto()
-    cfg.graph_options.rewrite_options.custom_optimizers[0].parameter_map[
-        "precision_mode"].s = b"allow_mix_precision"
+    cfg = precision_config()
     rng = np.random.RandomState(5)
     x_value = (rng.randn(16, 24) * 40).astype(np.float32)
     w_value = (rng.randn(24, 8) * 200).astype(np.float32)
@@ -136,13 +152,7 @@ def test_the_emulation_rounds_through_the_kernel_and_without_it_to_the_same_bits
             y = tf.matmul(x, w) * 1.0
             loss = tf.reduce_sum(y * y)
             grads = tf.gradients(loss, [w])
-            status = emulation.npu_get_float_status_v2()
-            with tf.compat.v1.Session(graph=graph, config=cfg) as sess:
-                sess.run(tf.compat.v1.global_variables_initializer())
-                values = sess.run([y, loss] + grads)
-                words = sess.run(status)
-            types = {op.type for op in graph.get_operations()}
-        return values, words, types
+            return run_graph(graph, [y, loss] + grads, emulation.npu_get_float_status_v2(), cfg)
 
     with_kernels, words, types = run()
     assert "NlsRoundHalfSaturate" in types
@@ -160,12 +170,9 @@ def test_localised_roundings_through_the_kernel_are_the_same_sites_as_without_it
     """With overflow localisation on, each rounding of the rewrite is a site named by the op
     whose float32 value it rounds, with that value's magnitude: the same sites (names,
     directions, magnitudes, order) with the kernels as without them."""
-    from npu_bridge.npu_init import npu_config_proto  # pylint: disable=import-outside-toplevel
     from npu_loss_scale.device import localisation  # pylint: disable=import-outside-toplevel
     precision.install_session_hook()
-    cfg = npu_config_proto()
-    cfg.graph_options.rewrite_options.custom_optimizers[0].parameter_map[
-        "precision_mode"].s = b"allow_mix_precision"
+    cfg = precision_config()
 
     def sites():
         localisation.enable()
@@ -239,13 +246,7 @@ def test_every_op_saturation_through_the_kernel_and_without_it_gives_the_same_bi
                 y = tf.matmul(x, w)
                 z = tf.exp(y / 1000.0) + y * y
                 grads = tf.gradients(tf.reduce_sum(tf.cast(z, tf.float32)), [w])
-            status = emulation.npu_get_float_status_v2()
-            with tf.compat.v1.Session(graph=graph) as sess:
-                sess.run(tf.compat.v1.global_variables_initializer())
-                values = sess.run([y, z] + grads)
-                words = sess.run(status)
-            types = {op.type for op in graph.get_operations()}
-        return values, words, types
+            return run_graph(graph, [y, z] + grads, emulation.npu_get_float_status_v2())
 
     with_kernels, words, types = run()
     assert "NlsSaturate" in types

@@ -235,21 +235,13 @@ def round_to_float16(x, name=None):
     saturate_lib.check_floating("x", x)
     if x.dtype == tf.float16:
         return saturate(x, name=name)
-    if x.dtype == tf.float32:
-        fused = round_half_saturated(x)
+    # the fused rounding where saturate() saturates (the emulation in saturation mode) and the
+    # package's kernels are loaded; else a Cast, saturate() and a Cast back
+    if x.dtype == tf.float32 and _device_plugin() is None and not is_inf_nan_enabled():
+        fused = saturate_lib.round_half(x)
         if fused is not None:
             return fused if name is None else tf.identity(fused, name=name)
     return tf.cast(saturate(tf.cast(x, tf.float16)), x.dtype, name=name)
-
-
-def round_half_saturated(x):
-    """``x`` (float32) rounded to float16 as :func:`saturate` of the rounding would leave it, in
-    one fused op (:func:`npu_loss_scale.device.saturate.round_half`), or None where that is not
-    what ``saturate`` does (INF/NaN mode, the real device) or the package's kernels are not
-    loaded."""
-    if _device_plugin() is not None or is_inf_nan_enabled():
-        return None
-    return saturate_lib.round_half(x)
 
 
 def _localising_ieee():

@@ -222,7 +222,7 @@ def mark_rounded(tensor, dtype):
 def rounded_to(tensor):
     """The dtype graph tensor ``tensor`` is a saturated rounding to, or None (and for an eager
     tensor)."""
-    if tf.executing_eagerly() or isinstance(tensor, tf.IndexedSlices):
+    if tf.executing_eagerly():
         return None
     with _rounded_lock:
         return getattr(tensor.graph, _ROUNDED_ATTR, {}).get(ref(tensor))
