@@ -141,6 +141,19 @@ def test_a_start_at_2_to_the_32_wastes_17_steps_and_the_advised_scale_none(waste
         assert finding["verified"]["loss_scale_after"][0] == 2.0 ** 15
 
 
+def test_a_model_rounding_to_float16_through_the_package_wastes_the_same_17_steps(
+        tmp_path_factory):
+    """The emulation's rounding is one float32 op (no float16 tensor in the graph): the script
+    still computes in float16 on the device, its gradients face float16, and no finding calls
+    it a float32 script."""
+    report = _doctor(tmp_path_factory, "wasted_start_rounded", steps=19, modes="saturation",
+                     verify=False)
+    steps = report["runs"]["saturation"]["steps"]
+    assert [s["skipped"] for s in steps] == [True] * 17 + [False] * 2
+    assert "exactly 17 steps" in _finding(report, "wasted_start")["title"]
+    assert not [f for f in report["findings"] if f["kind"] == "fp32_to_fp16"]
+
+
 def test_a_fix_re_run_records_its_steps_and_judges_no_site(wasted):
     # the re-run verifying init_loss_scale=2**15 replays nothing: its sites get no verdict,
     # while the saturation run judged the matmul's backward site

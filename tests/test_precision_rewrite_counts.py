@@ -40,10 +40,10 @@ def hook(npu_shim):  # pylint: disable=unused-argument
 
 def is_rounding(op, dtype):
     """Whether ``op`` rounds a value to ``dtype``: a ``Cast`` to it, or (float16) the fused
-    rounding of the package's kernels, which casts, saturates and casts back in one op."""
+    roundings of the package's kernels, which cast (and saturate) and cast back in one op."""
     if op.type == "Cast":
         return op.outputs[0].dtype == dtype
-    return op.type == "NlsRoundHalfSaturate" and dtype == tf.float16
+    return op.type in ("NlsRoundHalfSaturate", "NlsRoundHalf") and dtype == tf.float16
 
 
 def rounding_casts(graph, tensor, dtype):

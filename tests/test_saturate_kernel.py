@@ -1,10 +1,12 @@
-"""The saturation kernels (npu_loss_scale/_internal/kernels/saturate.cc): ``NlsSaturate`` and the
-fused rounding ``NlsRoundHalfSaturate`` of the precision emulation.
+"""The saturation kernels (npu_loss_scale/_internal/kernels/saturate.cc): ``NlsSaturate``, the
+fused roundings ``NlsRoundHalfSaturate`` and ``NlsRoundHalf`` (INF/NaN mode) of the precision
+emulation, and ``NlsMagnitude``, the magnitude overflow localisation notes.
 
 Expected values come from NumPy, which shares nothing with the kernels: float32 to float16 is
 NumPy's conversion (round to nearest, ties to even, subnormals kept), an inf becomes the dtype's
-largest finite value of its sign and a NaN +0; the flags are ``isinf(...).any()`` and
-``isnan(...).any()``. Then the emulation with the kernels is held to the emulation without them
+largest finite value of its sign and a NaN +0 (in INF/NaN mode both stay, a NaN as TensorFlow's
+Cast writes it: its sign and the quiet NaN 0x7e00); the flags are ``isinf(...).any()`` and
+``isnan(...).any()``; a magnitude is ``nanmax(abs(...))``. Then the emulation with the kernels is held to the emulation without them
 (every rounding a Cast, TensorFlow ops for the saturation, a Cast back): the same bits in the
 values and gradients, the same register words."""
 import numpy as np
@@ -58,6 +60,34 @@ def numpy_round_half(x):
     return numpy_saturated(low).astype(np.float32), flags
 
 
+def numpy_round_half_ieee(x):
+    """``x`` to float16 and back as INF/NaN mode rounds it: an overflow is inf, a NaN keeps its
+    sign and loses its payload (0x7e00), as in TensorFlow's Cast."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        low = x.astype(np.float16)
+    flags = [bool(np.isinf(low).any()), bool(np.isnan(low).any())]
+    bits = low.view(np.uint16)
+    bits = np.where(np.isnan(low), (bits & 0x8000) | 0x7E00, bits).astype(np.uint16)
+    return bits.view(np.float16).astype(np.float32), flags
+
+
+def numpy_magnitude(x):
+    """max |x| (0 when empty); inf when x holds an inf, else NaN when it holds a NaN."""
+    a = np.abs(np.asarray(x, np.float64))
+    if np.isinf(a).any():
+        return np.inf
+    if np.isnan(a).any():
+        return np.nan
+    return float(a.max()) if a.size else 0.0
+
+
+@pytest.fixture
+def inf_nan():
+    previous = emulation.set_device_sat_mode(emulation.INF_NAN)
+    yield
+    emulation.set_device_sat_mode(previous)
+
+
 def assert_same_bits(got, want):
     assert got.dtype == want.dtype and got.shape == want.shape
     unsigned = "u%d" % got.dtype.itemsize
@@ -92,6 +122,41 @@ def test_the_fused_rounding_is_numpys_float16_saturated_over_every_exponent(fuse
     want, want_flags = numpy_round_half(x)
     assert_same_bits(got, want)
     assert list(flags) == want_flags == [True, True]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_inf_nan_rounding_is_numpys_float16_over_every_exponent(fused, seed):
+    x = float32_patterns(seed, per_exponent=600)       # NaNs with every payload among them
+    got, flags = evaluate(lambda: fused.nls_round_half(tf.constant(x)))
+    want, want_flags = numpy_round_half_ieee(x)
+    assert_same_bits(got, want)
+    assert list(flags) == want_flags == [True, True]
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
+@pytest.mark.parametrize("size", [0, 1, 9, 32768, 100_003])
+def test_the_magnitude_is_numpys_nanmax_of_abs_and_reads_nothing_when_not_wanted(
+        fused, dtype, size):
+    rng = np.random.RandomState(size)
+    numpy_dtype = np.float32 if dtype == tf.bfloat16 else dtype.as_numpy_dtype
+    base = (rng.randn(size) * 300).astype(numpy_dtype)
+    cases = [base]
+    for pos in sorted({0, size // 2, size - 1}) if size else []:
+        for value in (np.nan, -np.inf):
+            x = base.copy()
+            x[pos] = value
+            cases.append(x)
+    if size > 2:
+        both = base.copy()
+        both[0], both[-1] = np.nan, np.inf
+        cases.append(both)
+    for x in cases:
+        value = tf.cast(tf.constant(x), dtype)
+        exact = evaluate(lambda: tf.cast(value, tf.float64))  # pylint: disable=cell-var-from-loop
+        got = evaluate(lambda: fused.nls_magnitude(value, True))  # pylint: disable=cell-var-from-loop
+        want = numpy_magnitude(exact)
+        assert (np.isnan(got) and np.isnan(want)) or got == want, (got, want)
+        assert evaluate(lambda: fused.nls_magnitude(value, False)) == 0.0  # pylint: disable=cell-var-from-loop
 
 
 @pytest.mark.parametrize("size", [1, 5, 32767, 32768, 100_003])
@@ -204,12 +269,12 @@ def test_localised_roundings_through_the_kernel_are_the_same_sites_as_without_it
     assert ("product", "forward", 90002.0) in with_kernels      # 300 * 300 + 2 * 1: over
 
 
-def test_under_every_op_a_localised_rounding_and_its_gradient_are_sites_of_their_own(
-        fused):  # pylint: disable=unused-argument
-    """Under saturate_every_op a rounding's float16 cast would be an op that saturates, and so
-    would the cast of the gradient flowing back: the fused rounding and its gradient's rounding
-    are the sites, by their own names, so that the doctor can replay them."""
+def every_op_rounding_sites(mode):
+    """``(gradient, register words, [(site, direction, op type)])`` of a step under
+    saturate_every_op and overflow localisation in device mode ``mode``: a rounding whose
+    gradient, 100,000, overflows float16 on its way back."""
     from npu_loss_scale.device import localisation  # pylint: disable=import-outside-toplevel
+    previous = emulation.set_device_sat_mode(mode)
     localisation.enable()
     try:
         with tf.Graph().as_default() as graph:
@@ -226,12 +291,57 @@ def test_under_every_op_a_localised_rounding_and_its_gradient_are_sites_of_their
         record = localisation.last_record()
     finally:
         localisation.disable()
+        emulation.set_device_sat_mode(previous)
+    return got, words, [(s.op_name, s.direction, graph.get_operation_by_name(s.op_name).type)
+                        for s in record.sites]
+
+
+def test_under_every_op_a_localised_rounding_and_its_gradient_are_sites_of_their_own(
+        fused):  # pylint: disable=unused-argument
+    """Under saturate_every_op a rounding's float16 cast would be an op that saturates, and so
+    would the cast of the gradient flowing back: the fused rounding and its gradient's rounding
+    are the sites, by their own names, so that the doctor can replay them; in INF/NaN mode the
+    same sites, by the same names (one per rounding), the values left at inf."""
+    got, words, sites = every_op_rounding_sites(emulation.SATURATION)
     assert words[0] == 1 and got[0] == 65504.0
-    sites = [(s.op_name, s.direction) for s in record.sites]
     assert len(sites) == 1
-    name, direction = sites[0]
-    assert direction == "backward" and graph.get_operation_by_name(name).type == \
-        "NlsRoundHalfSaturate" and name.startswith("gradients/")
+    name, direction, op_type = sites[0]
+    assert direction == "backward" and op_type == "NlsRoundHalfSaturate"
+    assert name.startswith("gradients/")
+    got, words, ieee_sites = every_op_rounding_sites(emulation.INF_NAN)
+    assert not any(words) and got[0] == np.inf
+    assert ieee_sites == [(name, direction, "NlsRoundHalf")]
+
+
+def test_in_inf_nan_mode_the_emulation_rounds_through_the_kernel_to_a_casts_bits(
+        npu_shim, fused, inf_nan, monkeypatch):  # pylint: disable=unused-argument
+    """INF/NaN mode's rounding (``NlsRoundHalf``) against a Cast and a Cast back: the same bits
+    in the values and gradients (infs and NaNs included), and the register left alone."""
+    precision.install_session_hook()
+    cfg = precision_config()
+    rng = np.random.RandomState(5)
+    x_value = (rng.randn(16, 24) * 40).astype(np.float32)
+    w_value = (rng.randn(24, 8) * 200).astype(np.float32)
+
+    def run():
+        with tf.Graph().as_default() as graph:
+            x = tf.constant(x_value)
+            w = tf.compat.v1.get_variable("w", initializer=tf.constant(w_value))
+            y = tf.matmul(x, w) * 1.0
+            small = tf.matmul(x, w * 1e-3) * 1.0
+            grads = tf.gradients(tf.reduce_sum(small * small) + tf.reduce_sum(y), [w])
+            return run_graph(graph, [y, small] + grads, emulation.npu_get_float_status_v2(),
+                             cfg)
+
+    with_kernels, words, types = run()
+    assert "NlsRoundHalf" in types and "NlsRoundHalfSaturate" not in types
+    monkeypatch.setattr(_kernels, "load_unscale_check", lambda: None)
+    without, words_without, types_without = run()
+    assert "NlsRoundHalf" not in types_without
+    assert not any(words) and not any(words_without)
+    assert np.isinf(with_kernels[0]).any()      # the overflow kept
+    for got, want in zip(with_kernels, without):
+        assert_same_bits(np.asarray(got), np.asarray(want))
 
 
 def test_every_op_saturation_through_the_kernel_and_without_it_gives_the_same_bits(

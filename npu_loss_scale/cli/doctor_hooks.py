@@ -99,11 +99,15 @@ def _float16_facing(tf, grads, rec):
     """The applied gradients that meet float16: the float16 ones; and the float32 ones too when
     the graph computes in float16 (a mixed model's float32 weights get their gradients through
     float16 casts) or the run's precision_mode turns float32 into float16. Records whether the
-    graph holds float16 ops."""
+    graph holds float16 ops (its own roundings to float16 count: the emulation's fused rounding
+    computes in float32 what the device computes in float16)."""
+    from npu_loss_scale.tools.doctor.verdicts import (  # pylint: disable=import-outside-toplevel
+        FUSED_ROUNDING)
     graph = tf.compat.v1.get_default_graph()
+    # a float16 op, or the package's rounding to float16 (round_to_float16: one float32 op)
     rec.float16_graph = rec.float16_graph or any(
-        t.dtype == tf.float16 for op in graph.get_operations() if "_precision/" not in op.name
-        for t in op.outputs)
+        op.type in FUSED_ROUNDING or any(t.dtype == tf.float16 for t in op.outputs)
+        for op in graph.get_operations() if "_precision/" not in op.name)
     if rec.float16_graph or rec.settings_precision in (
             "allow_fp32_to_fp16", "allow_mix_precision", "allow_mix_precision_fp16"):
         return [g for g in grads if g.dtype in (tf.float16, tf.float32)]

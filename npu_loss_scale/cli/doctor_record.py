@@ -46,7 +46,8 @@ class Recorder:  # pylint: disable=too-many-instance-attributes
         self.judging = []      # the sites of the replay under way
         self.judge = config.get("judge", True)   # False: a fix's re-run, which replays nothing
         self.settings_precision = config.get("precision_mode")
-        self.float16_graph = False   # a float16 op in a train op's graph (not precision_mode's)
+        # a float16 op or a rounding to float16 in a train op's graph (not precision_mode's)
+        self.float16_graph = False
         self.limit_reached = False
         self.in_replay = False
         self.finished = False        # the main thread's last write is under way

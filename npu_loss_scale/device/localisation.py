@@ -80,6 +80,7 @@ import numpy as np
 import tensorflow as tf
 
 from npu_loss_scale._internal import graphs as _graphs
+from npu_loss_scale._internal import kernels as _kernels
 from npu_loss_scale._internal.compat import py_func
 from npu_loss_scale._internal.compat.lookup import MutableHashTable
 from npu_loss_scale._internal.compat.ops import where
@@ -153,8 +154,16 @@ def reset():
         setattr(_eager_tables, _TABLE_ATTR, {})
 
 
-def _magnitude(source):
-    """float64 scalar: max |source|; inf if any inf, nan if a NaN and no inf."""
+_MAGNITUDE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+
+
+def _magnitude(source, needed):
+    """float64 scalar: max |source|; inf if any inf, nan if a NaN and no inf. ``needed`` (a
+    scalar bool): whether the value is read; with the package's kernels loaded the magnitude is
+    one op (``NlsMagnitude``) that reads ``source`` only then, else 0."""
+    fused = _kernels.load_unscale_check() if source.dtype in _MAGNITUDE_DTYPES else None
+    if fused is not None:
+        return fused.nls_magnitude(source, needed)
     wide = tf.float64 if source.dtype == tf.float64 else tf.float32
     a = tf.abs(tf.cast(source, wide))
     nan = tf.math.is_nan(a)
@@ -194,10 +203,11 @@ def note_site(source, overflowed, nan_seen=None, op_name=None, direction=None, d
         flag = tf.convert_to_tensor(overflowed, tf.bool)
         if nan_seen is not None:
             flag = tf.logical_or(flag, tf.convert_to_tensor(nan_seen, tf.bool))
-        magnitude = _magnitude(source)
+        observe = mode == OBSERVE   # the magnitude of every step, else of overflowed ones
+        magnitude = _magnitude(source, tf.constant(True) if observe else flag)
         over_key = where(flag, tf.constant(2 * site + 1, tf.int64),
                             tf.constant(_SCRATCH, tf.int64))
-        if mode == OBSERVE:
+        if observe:
             keys = tf.stack([tf.constant(2 * site, tf.int64), over_key])
             values = tf.stack([magnitude, magnitude])
         else:

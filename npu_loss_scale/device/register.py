@@ -235,10 +235,10 @@ def round_to_float16(x, name=None):
     saturate_lib.check_floating("x", x)
     if x.dtype == tf.float16:
         return saturate(x, name=name)
-    # the fused rounding where saturate() saturates (the emulation in saturation mode) and the
+    # the fused rounding on the emulation (saturating or, in INF/NaN mode, not) where the
     # package's kernels are loaded; else a Cast, saturate() and a Cast back
-    if x.dtype == tf.float32 and _device_plugin() is None and not is_inf_nan_enabled():
-        fused = saturate_lib.round_half(x)
+    if x.dtype == tf.float32 and _device_plugin() is None:
+        fused = saturate_lib.round_half(x, saturating=not is_inf_nan_enabled())
         if fused is not None:
             return fused if name is None else tf.identity(fused, name=name)
     return tf.cast(saturate(tf.cast(x, tf.float16)), x.dtype, name=name)

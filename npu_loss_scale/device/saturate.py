@@ -153,24 +153,36 @@ def _saturate_with_grad(x, site=None, source=None):
 
 
 # -- the rounding of the precision emulation, fused -------------------------------------------------
-def round_half(x):
+#: The name of the fused rounding's op (its type says the mode: ``NlsRoundHalfSaturate``,
+#: ``NlsRoundHalf``).
+ROUNDING_NAME = "round_to_float16"
+
+
+def round_half(x, saturating=True):
     """``x`` (float32) rounded to float16, saturated (recorded in the register) and handed back
     as float32, in one op (``NlsRoundHalfSaturate``): the same bits and register words as a
     ``Cast``, :func:`_saturate` and a ``Cast`` back, and the same gradient (the gradient flowing
-    back is rounded and saturated the same way). None when the package's kernels are not loaded
-    (:mod:`npu_loss_scale._internal.kernels`): the caller builds the three ops instead. With
+    back is rounded and saturated the same way). ``saturating=False``: the rounding of INF/NaN
+    mode (``NlsRoundHalf``: an overflow stays inf, the register is left alone), the bits of a
+    ``Cast`` and a ``Cast`` back. None when the package's kernels are not loaded
+    (:mod:`npu_loss_scale._internal.kernels`): the caller builds the ops instead. With
     overflow localisation on, the rounding is a site named by ``x``'s op, with ``x``'s
     magnitude (as :func:`rounding_source` names a rounding ``Cast``), and so is the gradient's
     rounding on its way back."""
     fused = _kernels.load_unscale_check()
     if fused is None:
         return None
-    return _round_half_recorded(fused, x)
+    return _round_half_recorded(fused, x, saturating=saturating)
 
 
-def _round_half_recorded(fused, x, site=None, direction=None):
-    y, flags = fused.nls_round_half_saturate(x)
-    deps = [float_status.record_flags(flags)]
+def _round_half_recorded(fused, x, site=None, direction=None, saturating=True):
+    # one name in both modes: localisation names a site under saturate_every_op by it
+    if saturating:
+        y, flags = fused.nls_round_half_saturate(x, name=ROUNDING_NAME)
+        deps = [float_status.record_flags(flags)]
+    else:
+        y, flags = fused.nls_round_half(x, name=ROUNDING_NAME)
+        deps = []
     if localisation.enabled() and not tf.executing_eagerly():
         if getattr(every_op_state, "depth", 0) > 0:
             # under saturate_every_op a rounding's float16 cast is itself an op that saturates:
@@ -194,6 +206,11 @@ def _round_half_dense_gradient(dy, site):
     if not tf.executing_eagerly():   # a cube op's gradient reading it does not round it again
         mark_rounded(out, tf.float16)
     return out
+
+
+def _round_half_ieee_dense_gradient(dy, site):
+    return _round_half_recorded(_kernels.load_unscale_check(), dy, site, "backward",
+                                saturating=False)
 
 
 # Values of a graph known to be saturated roundings (finite, in range, of the dtype's precision):
@@ -232,6 +249,12 @@ def rounded_to(tensor):
 def _round_half_gradient(op, dy, unused_dflags):  # pylint: disable=unused-argument
     site = op.inputs[0].op.name if localisation.enabled() else None
     return on_gradient(dy, site, _round_half_dense_gradient)
+
+
+@tf.RegisterGradient("NlsRoundHalf")
+def _round_half_ieee_gradient(op, dy, unused_dflags):  # pylint: disable=unused-argument
+    site = op.inputs[0].op.name if localisation.enabled() else None
+    return on_gradient(dy, site, _round_half_ieee_dense_gradient)
 
 
 @tf.RegisterGradient("NlsSaturate")

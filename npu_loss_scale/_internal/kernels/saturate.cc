@@ -9,6 +9,13 @@
 // becomes +-65504) and handed back as float32; flags as above, of the float16 values. It is the
 // Cast, the saturation and the Cast back of the precision emulation's rounding in one pass.
 //
+// NlsRoundHalf(x: float) -> (y: float, flags: bool[2]): the same rounding without the
+// saturation, as in INF/NaN mode (an overflow stays +-inf, a NaN stays NaN); flags as above.
+//
+// NlsMagnitude(x: T, when: bool) -> (m: double): when `when` holds, max |x| over x's elements
+// (0 for an empty x; inf when x holds an inf; NaN when it holds a NaN and no inf); else 0
+// without reading x. The magnitude overflow localisation notes for a site that overflowed.
+//
 // The values are what those TensorFlow ops give, bit for bit: the conversions are Eigen's, as
 // TensorFlow's Cast kernels use them, and run under the same floating-point environment.
 #include <atomic>
@@ -16,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -45,6 +53,22 @@ REGISTER_OP("NlsRoundHalfSaturate")
     .Output("flags: bool")
     .SetShapeFn(SameShapeAndTwoFlags);
 
+REGISTER_OP("NlsRoundHalf")
+    .Input("x: float")
+    .Output("y: float")
+    .Output("flags: bool")
+    .SetShapeFn(SameShapeAndTwoFlags);
+
+REGISTER_OP("NlsMagnitude")
+    .Input("x: T")
+    .Input("when: bool")
+    .Output("m: double")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return NLS_OK();
+    });
+
 // A value widened exactly, for the tests of inf and NaN (TensorFlow 1.15's bfloat16 has none
 // of its own).
 template <typename T>
@@ -72,13 +96,22 @@ void SaturateRange(const T* src, T* dst, int64_t begin, int64_t end, bool* inf, 
   for (int64_t i = begin; i < end; ++i) dst[i] = SaturateOne(src[i], inf, nan);
 }
 
-// Rounds src[begin, end) to float16 (Eigen's conversion, TensorFlow's Cast), saturates, and
-// writes the float32 values back; ORs in the flags.
+// The flags one float16 value raises, the value kept (INF/NaN mode).
+inline Eigen::half FlagOne(Eigen::half v, bool* inf, bool* nan) {
+  const float wide = static_cast<float>(v);
+  if (std::isnan(wide)) *nan = true;
+  if (std::isinf(wide)) *inf = true;
+  return v;
+}
+
+// Rounds src[begin, end) to float16 (Eigen's conversion, TensorFlow's Cast), saturates when
+// Saturate, and writes the float32 values back; ORs in the flags.
+template <bool Saturate>
 void RoundHalfRange(const float* src, float* dst, int64_t begin, int64_t end, bool* inf,
                     bool* nan) {
   for (int64_t i = begin; i < end; ++i) {
     const Eigen::half low = static_cast<Eigen::half>(src[i]);
-    dst[i] = static_cast<float>(SaturateOne(low, inf, nan));
+    dst[i] = static_cast<float>(Saturate ? SaturateOne(low, inf, nan) : FlagOne(low, inf, nan));
   }
 }
 
@@ -86,14 +119,17 @@ void RoundHalfRange(const float* src, float* dst, int64_t begin, int64_t end, bo
 #define NLS_SAT_F16C 1
 // RoundHalfRange eight values at a time with the CPU's own conversions (F16C, round to
 // nearest with ties to even, as Eigen's; float16 subnormals kept) and the saturation on the
-// float16 bits: an all-ones exponent is an inf (fraction 0: becomes sign | 0x7bff, +-65504) or
-// a NaN (becomes +0).
+// float16 bits when Saturate: an all-ones exponent is an inf (fraction 0: becomes
+// sign | 0x7bff, +-65504) or a NaN (becomes +0). Else a NaN becomes sign | 0x7e00 (the CPU
+// keeps its payload, Eigen's conversion does not).
+template <bool Saturate>
 __attribute__((target("avx,f16c"))) void RoundHalfRangeF16C(const float* src, float* dst,
                                                             int64_t begin, int64_t end,
                                                             bool* inf, bool* nan) {
   const __m128i exponent = _mm_set1_epi16(0x7c00), fraction = _mm_set1_epi16(0x03ff),
                 sign = _mm_set1_epi16(static_cast<short>(0x8000)),
-                largest = _mm_set1_epi16(0x7bff), zero = _mm_setzero_si128();
+                largest = _mm_set1_epi16(0x7bff), quiet = _mm_set1_epi16(0x7e00),
+                zero = _mm_setzero_si128();
   __m128i any_inf = zero, any_nan = zero;
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
@@ -101,16 +137,19 @@ __attribute__((target("avx,f16c"))) void RoundHalfRangeF16C(const float* src, fl
     const __m128i special = _mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent);
     const __m128i whole = _mm_cmpeq_epi16(_mm_and_si128(h, fraction), zero);
     const __m128i is_inf = _mm_and_si128(special, whole);
+    const __m128i is_nan = _mm_andnot_si128(whole, special);
     any_inf = _mm_or_si128(any_inf, is_inf);
-    any_nan = _mm_or_si128(any_nan, _mm_andnot_si128(whole, special));
-    const __m128i saturated = _mm_or_si128(
-        _mm_andnot_si128(special, h),
-        _mm_and_si128(is_inf, _mm_or_si128(_mm_and_si128(h, sign), largest)));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(saturated));
+    any_nan = _mm_or_si128(any_nan, is_nan);
+    const __m128i out = !Saturate
+        ? _mm_or_si128(_mm_andnot_si128(is_nan, h),   // a NaN as Eigen makes it: sign | 0x7e00
+                       _mm_and_si128(is_nan, _mm_or_si128(_mm_and_si128(h, sign), quiet)))
+        : _mm_or_si128(_mm_andnot_si128(special, h),
+                       _mm_and_si128(is_inf, _mm_or_si128(_mm_and_si128(h, sign), largest)));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(out));
   }
   if (_mm_movemask_epi8(any_inf)) *inf = true;
   if (_mm_movemask_epi8(any_nan)) *nan = true;
-  RoundHalfRange(src, dst, i, end, inf, nan);
+  RoundHalfRange<Saturate>(src, dst, i, end, inf, nan);
 }
 
 bool HasF16C() {
@@ -164,15 +203,61 @@ class SaturateOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override { SaturateInto<T>(ctx, SaturateRange<T>); }
 };
 
-class RoundHalfSaturateOp : public OpKernel {
+template <bool Saturate>
+class RoundHalfOp : public OpKernel {
  public:
-  explicit RoundHalfSaturateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit RoundHalfOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
   void Compute(OpKernelContext* ctx) override {
 #ifdef NLS_SAT_F16C
-    SaturateInto<float>(ctx, HasF16C() ? RoundHalfRangeF16C : RoundHalfRange);
+    SaturateInto<float>(ctx, HasF16C() ? RoundHalfRangeF16C<Saturate> : RoundHalfRange<Saturate>);
 #else
-    SaturateInto<float>(ctx, RoundHalfRange);
+    SaturateInto<float>(ctx, RoundHalfRange<Saturate>);
 #endif
+  }
+};
+
+// max |v| over src[begin, end) into *m (NaNs left out, each seen setting *nan).
+template <typename T>
+void MagnitudeRange(const T* src, int64_t begin, int64_t end, double* m, bool* nan) {
+  decltype(Wide(src[begin])) best = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    const auto a = std::fabs(Wide(src[i]));
+    if (std::isnan(a)) {
+      *nan = true;
+    } else if (a > best) {
+      best = a;
+    }
+  }
+  if (static_cast<double>(best) > *m) *m = static_cast<double>(best);
+}
+
+template <typename T>
+class MagnitudeOp : public OpKernel {
+ public:
+  explicit MagnitudeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& in = ctx->input(0);
+    const Tensor& when = ctx->input(1);
+    OP_REQUIRES(ctx, when.NumElements() == 1,
+                NLS_INVALID_ARGUMENT("NlsMagnitude: `when` must be one bool"));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    double result = 0.0;
+    if (when.flat<bool>()(0) && in.NumElements() > 0) {
+      const T* src = in.flat<T>().data();
+      std::mutex lock;
+      bool any_nan = false;
+      nls::ForShards(ctx, in.NumElements(), [&](int64_t begin, int64_t end) {
+        double m = 0.0;
+        bool nan = false;
+        MagnitudeRange(src, begin, end, &m, &nan);
+        std::lock_guard<std::mutex> hold(lock);
+        if (m > result) result = m;
+        any_nan = any_nan || nan;
+      });
+      if (any_nan && !std::isinf(result)) result = std::numeric_limits<double>::quiet_NaN();
+    }
+    out->scalar<double>()() = result;
   }
 };
 
@@ -185,7 +270,17 @@ NLS_REGISTER_SATURATE(Eigen::half);
 NLS_REGISTER_SATURATE(tensorflow::bfloat16);
 #undef NLS_REGISTER_SATURATE
 
-REGISTER_KERNEL_BUILDER(Name("NlsRoundHalfSaturate").Device(DEVICE_CPU), RoundHalfSaturateOp);
+REGISTER_KERNEL_BUILDER(Name("NlsRoundHalfSaturate").Device(DEVICE_CPU), RoundHalfOp<true>);
+REGISTER_KERNEL_BUILDER(Name("NlsRoundHalf").Device(DEVICE_CPU), RoundHalfOp<false>);
+
+#define NLS_REGISTER_MAGNITUDE(T) \
+  REGISTER_KERNEL_BUILDER(        \
+      Name("NlsMagnitude").Device(DEVICE_CPU).TypeConstraint<T>("T"), MagnitudeOp<T>)
+NLS_REGISTER_MAGNITUDE(float);
+NLS_REGISTER_MAGNITUDE(double);
+NLS_REGISTER_MAGNITUDE(Eigen::half);
+NLS_REGISTER_MAGNITUDE(tensorflow::bfloat16);
+#undef NLS_REGISTER_MAGNITUDE
 
 }  // namespace
 }  // namespace nls

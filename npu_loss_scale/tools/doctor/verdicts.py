@@ -73,15 +73,16 @@ def neutralised(value, dtype_max):
     return np.where(keep, value, np.zeros_like(value))
 
 
-#: The emulation's fused float16 rounding (``NlsRoundHalfSaturate``): its output is already
-#: saturated, so a replay reads which elements overflowed from the float32 value it rounds.
-FUSED_ROUNDING = "NlsRoundHalfSaturate"
+#: The emulation's fused float16 roundings (``NlsRoundHalfSaturate``, and ``NlsRoundHalf`` in
+#: INF/NaN mode): a saturated output no longer shows an overflow, so a replay reads which
+#: elements overflowed from the float32 value a rounding rounds.
+FUSED_ROUNDING = frozenset(["NlsRoundHalfSaturate", "NlsRoundHalf"])
 
 
 def _site_tensors(op):
     """The tensors a replay takes of the site ``op`` as run and feeds back neutralised: its
     floating outputs; of a fused rounding, its rounded value and then the value it rounds."""
-    if op.type == FUSED_ROUNDING:
+    if op.type in FUSED_ROUNDING:
         return [op.outputs[0], op.inputs[0]]
     return [t for t in op.outputs if t.dtype.is_floating]
 
@@ -91,7 +92,7 @@ def _site_values(op, values, dtype_max):
     :func:`_site_tensors` as run: a fused rounding's overflowed elements are those whose
     float16 rounding is inf or NaN, replaced by zero in its rounded value."""
     tensors = _site_tensors(op)
-    if op.type != FUSED_ROUNDING:
+    if op.type not in FUSED_ROUNDING:
         return (_overflowed(values, dtype_max),
                 {t: neutralised(v, dtype_max) for t, v in zip(tensors, values)})
     rounded, wide = (np.asarray(v) for v in values)
