@@ -62,6 +62,38 @@ def test_fed_by_names_the_earlier_sites_whose_values_flow_into_a_site(net):
                            grad_forward) == ["grad_of_c"]
 
 
+def test_tracked_sites_get_the_answers_of_the_walks_in_a_graph_with_a_loop():
+    """DataGraph.track answers fed_by from bits set in one pass (again while a loop's back
+    edge changes them); the walks answer each question on its own: every question about every
+    pair of ops of a graph with a while loop gets the same answer from both."""
+    v2 = tf.compat.v1.control_flow_v2_enabled()
+    tf.compat.v1.disable_control_flow_v2()   # TF1 loops (Enter, Merge, NextIteration), as
+    try:                                     # TF1 scripts build them
+        with tf.Graph().as_default() as graph:
+            x = tf.compat.v1.placeholder(tf.float32, [], name="x")
+            a = tf.multiply(x, 2.0, name="a")
+            _, looped = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * a + 1.0),
+                                      [tf.constant(0), x], name="loop")
+            tf.add(looped, 1.0, name="after")
+            tf.exp(a, name="metric")
+    finally:
+        if v2:
+            tf.compat.v1.enable_control_flow_v2()
+    names = [op.name for op in graph.get_operations()]
+
+    def forward_of(name):    # every op also stands for a gradient site of the op after it
+        return names[(names.index(name) + 1) % len(names)]
+
+    walked, tracked = DataGraph(graph), DataGraph(graph)
+    tracked.track(names)
+    assert any(op.type == "NextIteration" for op in graph.get_operations())
+    for name in names:
+        want = walked.fed_by(name, names, forward_of)
+        assert tracked.fed_by(name, names, forward_of) == want, name
+    assert "a" in walked.fed_by("after", names, lambda n: n)    # through the loop
+    assert "after" not in walked.fed_by("a", names, lambda n: n)
+
+
 class _Counted:
     def __init__(self, sess):
         self.sess, self.runs = sess, 0

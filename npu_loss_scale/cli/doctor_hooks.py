@@ -60,7 +60,8 @@ def patch_optimizer(rec):
                       else tf.constant(np.nan, tf.float64))
         present = [k in report for k in keys] + [loss is not None]
         facing = _float16_facing(tf, grads, rec)   # their largest magnitude (-1: none)
-        inputs.append(tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(tf.cast(g, tf.float64)))
+        # max |g| in g's own dtype (exact), widened as a scalar: no float64 copy of g
+        inputs.append(tf.reduce_max(tf.stack([tf.cast(tf.reduce_max(tf.abs(g)), tf.float64)
                                               for g in facing])) if facing
                       else tf.constant(-1.0, tf.float64))
 

@@ -56,6 +56,7 @@ def judge(rec, sess):
     loss, grads, _ = rec.targets[sess.graph]
     pending, rec.pending = rec.pending, []
     data = DataGraph(sess.graph)
+    data.track([site[0] for site in pending])   # fed_by of every site in one pass
     targets = ([loss] if loss is not None else []) + grads
     reaching = data.ancestors([t.op.name for t in targets])
     rec.in_replay = True

@@ -16,9 +16,12 @@ The same library holds the saturation kernels of the emulated device (``saturate
 dtype's largest finite value of its sign, a NaN +0; ``flags``: an inf seen, a NaN seen), and
 ``NlsRoundHalfSaturate(x) -> (y, flags)``, the precision emulation's rounding of a float32
 value to float16 with that saturation, handed back as float32 (a ``Cast``, the saturation and a
-``Cast`` back in one pass, with the CPU's F16C conversions where it has them). Both give the bits
-the TensorFlow ops they replace give (:mod:`npu_loss_scale.device.saturate` falls back to those
-ops when the library is not loaded).
+``Cast`` back in one pass, with the CPU's F16C conversions where it has them), and
+``NlsRoundHalf(x) -> (y, flags)``, the same rounding in INF/NaN mode (no saturation). They give
+the bits the TensorFlow ops they replace give (:mod:`npu_loss_scale.device.saturate` falls back
+to those ops when the library is not loaded). ``NlsMagnitude(x, when) -> m`` is the largest
+|x| overflow localisation notes for a site (:mod:`npu_loss_scale.device.localisation`), read
+only when ``when`` holds (the site overflowed), else 0.
 
 Building needs a C++ compiler (``$CXX``, else ``g++``, else ``c++``; C++17, or C++14 for the
 TensorFlow releases before 2.10, see :mod:`npu_loss_scale._internal.compat.kernel_build`) and takes

@@ -26,9 +26,37 @@ class DataGraph:
 
     def __init__(self, graph):
         self._inputs, self._consumers = {}, {}
-        for op in graph.get_operations():
+        for op in graph.get_operations():   # in the order built: inputs first, but for loops
             self._inputs[op.name] = [t.op.name for t in op.inputs]
             self._consumers[op.name] = [c.name for out in op.outputs for c in out.consumers()]
+        self._bit, self._fed = {}, {}       # see track()
+
+    def track(self, op_names):
+        """Prepares the answers of :meth:`fed_by` about the sites ``op_names`` in one pass over
+        the graph, instead of a walk per question: each op gets a set of bits, one per tracked
+        site with a path of data edges to it (the site's own bit included), taken from its
+        inputs in the order the ops were built, again until nothing changes (a loop's back edge
+        points at an op built before it)."""
+        self._bit = {name: 1 << i for i, name in enumerate(dict.fromkeys(op_names))
+                     if name in self}
+        fed = dict.fromkeys(self._inputs, 0)
+        changed = True
+        while changed:
+            changed = False
+            for name, inputs in self._inputs.items():
+                bits = self._bit.get(name, 0)
+                for source in inputs:
+                    bits |= fed[source]
+                if bits != fed[name]:
+                    fed[name], changed = bits, True
+        self._fed = fed
+
+    def _feeds(self, site, op_name):
+        """Whether a path of data edges leads from ``site`` to ``op_name`` (both in the graph)."""
+        bit = self._bit.get(site)
+        if bit is not None:
+            return bool(self._fed[op_name] & bit)
+        return op_name in self.descendants(site)
 
     def __contains__(self, op_name):
         return op_name in self._inputs
@@ -57,17 +85,12 @@ class DataGraph:
         forward op), a gradient site whose forward op (``forward_op_of(name)``) consumes it."""
         if op_name not in self:
             return []
-        above, below = self.ancestors([op_name]), None
         out = []
         for name in earlier:
             if name == op_name:
                 continue
-            if name in above:
-                out.append(name)
-                continue
             forward = forward_op_of(name)
-            if forward != name and forward in self:
-                below = self.descendants(op_name) if below is None else below
-                if forward in below:
-                    out.append(name)
+            if (name in self and self._feeds(name, op_name)) or (
+                    forward != name and forward in self and self._feeds(op_name, forward)):
+                out.append(name)
         return out
