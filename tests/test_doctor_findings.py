@@ -91,6 +91,26 @@ def test_a_run_that_reaches_the_first_applied_step_settles_the_range():
 
 
 @pure
+def test_a_run_applied_sooner_than_its_later_gradients_allow_counts_its_own_start():
+    # 2**32 halving per overflow; the run's first applied step comes at 2**21 (11 skipped:
+    # 2**32 ... 2**22), its gradients growing later to a largest safe scale of 2**18, by which
+    # the rule would skip 2**32 ... 2**19, 14 steps: the run wasted 11, the 14 is what a start
+    # from today's gradients would waste.
+    scales = [2.0 ** (32 - i) for i in range(12)] + [2.0 ** 21] * 4
+    steps = run_of(scales, [True] * 11 + [False] * 5)
+    for step in steps:
+        step["max_safe_scale"] = 0.0 if step["skipped"] else 2.0 ** 21
+    steps[-1]["max_safe_scale"] = 2.0 ** 18
+    wasted = only(config_findings(
+        ascend(init_loss_scale=2.0 ** 32, decr_every_n_nan_or_inf=1, decr_ratio=0.5), steps),
+        "wasted_start")
+    assert wasted["numbers"]["wasted_steps"] == [11, 11]
+    assert "exactly 11 steps" in wasted["title"]
+    assert "skips exactly 14 steps" in wasted["evidence"]
+    assert wasted["fix"]["settings"] == {"init_loss_scale": 2.0 ** 18}
+
+
+@pure
 def test_without_gradients_the_run_s_own_leading_skips_count():
     # No max_safe_scale: 3 skipped steps, then applied at 2**13: 3 wasted, a few: info.
     steps = run_of([2.0 ** 16, 2.0 ** 15, 2.0 ** 14, 2.0 ** 13], [True, True, True, False])

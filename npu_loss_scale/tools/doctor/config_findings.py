@@ -10,7 +10,9 @@ doctor to fill):
   forward with a step counted finite at a scale ``S <= B`` and overflowed at ``S >= 2 B``, ``B``
   being the smallest ``max_safe_scale`` of the run (the advisor's advice); a scale between the two
   depends on the gradient's exact size, so the count is then a range. With power-of-two scales
-  the count is exact. Without the bound, the run's own leading skips are the count.
+  the count is exact. Without the bound, the run's own leading skips are the count; and so they
+  are where the run applied a step sooner than the rule with ``B`` says (``B`` came from later
+  steps, whose gradients grew), the rule's count then in the evidence.
 * ``scale_cannot_grow``: the scale ends the run at least a factor 2 below what the gradients allow
   and the run, at least one ``growth interval`` long, holds no stretch of that many applied steps
   in a row, which every rule needs to grow once (or the rule's ceiling is reached). A run shorter
@@ -71,21 +73,24 @@ def _wasted_start(config, steps, bound):
     leading = next((i for i, s in enumerate(steps) if not s["skipped"]), None)
     observed = len(steps) if leading is None else leading
     predicted = _predicted(config, bound)
+    sooner = None   # the rule's count, where the run applied a step sooner than it predicts
     if predicted is not None:
         low, high = predicted
         if low is not None and leading is not None and low <= observed <= (
                 math.inf if high is None else high):
             low = high = observed   # the run settled what the gradients' bound left open
+        elif low is not None and leading is not None and observed < low:
+            # the bound is the smallest of the run, from later steps whose gradients grew: the
+            # run's own start is the count, the rule's says what today's gradients would waste
+            sooner = _range_text(low, high)
+            low = high = observed
         elif low is not None and leading is None:
             low = max(low, observed)
         if low is None or high == 0 or (high is not None and low > high):
             # never applies (pinned), the scale is not what skips the start, or more skips than
             # the scale explains (the overflow sites' findings say why)
             return None
-        if low == high:
-            count, exact = low, "exactly %d" % low
-        else:
-            count, exact = low, "%d to %s" % (low, "%d" % high if high is not None else "more")
+        count, exact = low, _range_text(low, high)
     elif leading is None or observed == 0:
         return None       # no bound and no applied step: the count is unknown
     else:
@@ -98,8 +103,11 @@ def _wasted_start(config, steps, bound):
                 "scale %s)" % (observed, len(steps), steps[leading]["step"],
                                _fmt(steps[leading]["loss_scale"])))
     rule = ("; %s's rule, from %s=%s, with the observed gradients (largest safe scale %s) skips "
-            "%s steps" % (config.class_name, name, _fmt(scale), _fmt(bound), exact)
+            "%s steps" % (config.class_name, name, _fmt(scale), _fmt(bound), sooner or exact)
             if bound is not None else "")
+    if sooner:
+        rule += (" (that largest safe scale is the smallest of the run's steps, reached after its "
+                 "first applied step as the gradients grew: a start from them wastes more)")
     advice, why = _recommended(bound), "the largest scale the gradients allowed"
     if advice is None:
         advice = _scalers.number(steps[leading]["loss_scale"], "loss_scale")
@@ -112,6 +120,13 @@ def _wasted_start(config, steps, bound):
         {"wasted_steps": [low, high] if predicted is not None else [count, count],
          "observed_leading_skips": observed, "largest_safe_scale": bound,
          "initial_scale": scale})
+
+
+def _range_text(low, high):
+    """"exactly N", or "N to M" ("N to more": no upper end)."""
+    if low == high:
+        return "exactly %d" % low
+    return "%d to %s" % (low, "%d" % high if high is not None else "more")
 
 
 def _predicted(config, bound):
