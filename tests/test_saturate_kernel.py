@@ -81,13 +81,6 @@ def numpy_magnitude(x):
     return float(a.max()) if a.size else 0.0
 
 
-@pytest.fixture
-def inf_nan():
-    previous = emulation.set_device_sat_mode(emulation.INF_NAN)
-    yield
-    emulation.set_device_sat_mode(previous)
-
-
 def assert_same_bits(got, want):
     assert got.dtype == want.dtype and got.shape == want.shape
     unsigned = "u%d" % got.dtype.itemsize
@@ -199,11 +192,16 @@ def test_nls_saturate_keeps_finite_values_and_maps_infs_and_nans_in_every_dtype(
     assert not np.signbit(got[-3])
 
 
+@pytest.mark.parametrize("mode,op_type", [(emulation.SATURATION, "NlsRoundHalfSaturate"),
+                                          (emulation.INF_NAN, "NlsRoundHalf")])
 def test_the_emulation_rounds_through_the_kernel_and_without_it_to_the_same_bits(
-        npu_shim, fused, monkeypatch):  # pylint: disable=unused-argument
+        npu_shim, fused, monkeypatch, mode, op_type):  # pylint: disable=unused-argument
     """A TF1 graph rewritten at session creation (allow_mix_precision): a matmul whose float16
     result overflows, one whose operands lose bits, their gradients; with the kernels and with
-    them off, the values and the register agree, and only the first run has the fused op."""
+    them off (a Cast, the saturation as TensorFlow ops, a Cast back), the values and the
+    register agree, and only the first run has the fused op. In saturation mode the overflow
+    saturates into the register; in INF/NaN mode (``NlsRoundHalf``) it stays inf and the
+    register is left alone."""
     precision.install_session_hook()
     cfg = precision_config()
     rng = np.random.RandomState(5)
@@ -215,17 +213,26 @@ def test_the_emulation_rounds_through_the_kernel_and_without_it_to_the_same_bits
             x = tf.constant(x_value)
             w = tf.compat.v1.get_variable("w", initializer=tf.constant(w_value))
             y = tf.matmul(x, w) * 1.0
-            loss = tf.reduce_sum(y * y)
-            grads = tf.gradients(loss, [w])
-            return run_graph(graph, [y, loss] + grads, emulation.npu_get_float_status_v2(), cfg)
+            small = tf.matmul(x, w * 1e-3) * 1.0
+            grads = tf.gradients(tf.reduce_sum(small * small) + tf.reduce_sum(y), [w])
+            return run_graph(graph, [y, small] + grads, emulation.npu_get_float_status_v2(),
+                             cfg)
 
-    with_kernels, words, types = run()
-    assert "NlsRoundHalfSaturate" in types
-    monkeypatch.setattr(_kernels, "load_unscale_check", lambda: None)
-    without, words_without, types_without = run()
-    assert "NlsRoundHalfSaturate" not in types_without and "NlsSaturate" not in types_without
-    assert words[0] == 1 and list(words) == list(words_without)
-    assert np.max(np.abs(with_kernels[0])) == 65504.0     # the overflow saturated
+    previous = emulation.set_device_sat_mode(mode)
+    try:
+        with_kernels, words, types = run()
+        monkeypatch.setattr(_kernels, "load_unscale_check", lambda: None)
+        without, words_without, types_without = run()
+    finally:
+        emulation.set_device_sat_mode(previous)
+    other_mode_op = ({"NlsRoundHalfSaturate", "NlsRoundHalf"} - {op_type}).pop()
+    assert op_type in types and other_mode_op not in types
+    assert not types_without & {"NlsRoundHalfSaturate", "NlsRoundHalf", "NlsSaturate"}
+    assert list(words) == list(words_without)
+    if mode == emulation.SATURATION:
+        assert words[0] == 1 and np.max(np.abs(with_kernels[0])) == 65504.0   # saturated
+    else:
+        assert not any(words) and np.isinf(with_kernels[0]).any()             # kept
     for got, want in zip(with_kernels, without):
         assert_same_bits(np.asarray(got), np.asarray(want))
 
@@ -311,37 +318,6 @@ def test_under_every_op_a_localised_rounding_and_its_gradient_are_sites_of_their
     got, words, ieee_sites = every_op_rounding_sites(emulation.INF_NAN)
     assert not any(words) and got[0] == np.inf
     assert ieee_sites == [(name, direction, "NlsRoundHalf")]
-
-
-def test_in_inf_nan_mode_the_emulation_rounds_through_the_kernel_to_a_casts_bits(
-        npu_shim, fused, inf_nan, monkeypatch):  # pylint: disable=unused-argument
-    """INF/NaN mode's rounding (``NlsRoundHalf``) against a Cast and a Cast back: the same bits
-    in the values and gradients (infs and NaNs included), and the register left alone."""
-    precision.install_session_hook()
-    cfg = precision_config()
-    rng = np.random.RandomState(5)
-    x_value = (rng.randn(16, 24) * 40).astype(np.float32)
-    w_value = (rng.randn(24, 8) * 200).astype(np.float32)
-
-    def run():
-        with tf.Graph().as_default() as graph:
-            x = tf.constant(x_value)
-            w = tf.compat.v1.get_variable("w", initializer=tf.constant(w_value))
-            y = tf.matmul(x, w) * 1.0
-            small = tf.matmul(x, w * 1e-3) * 1.0
-            grads = tf.gradients(tf.reduce_sum(small * small) + tf.reduce_sum(y), [w])
-            return run_graph(graph, [y, small] + grads, emulation.npu_get_float_status_v2(),
-                             cfg)
-
-    with_kernels, words, types = run()
-    assert "NlsRoundHalf" in types and "NlsRoundHalfSaturate" not in types
-    monkeypatch.setattr(_kernels, "load_unscale_check", lambda: None)
-    without, words_without, types_without = run()
-    assert "NlsRoundHalf" not in types_without
-    assert not any(words) and not any(words_without)
-    assert np.isinf(with_kernels[0]).any()      # the overflow kept
-    for got, want in zip(with_kernels, without):
-        assert_same_bits(np.asarray(got), np.asarray(want))
 
 
 def test_every_op_saturation_through_the_kernel_and_without_it_gives_the_same_bits(
