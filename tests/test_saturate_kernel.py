@@ -144,12 +144,13 @@ def test_the_magnitude_is_numpys_nanmax_of_abs_and_reads_nothing_when_not_wanted
         both[0], both[-1] = np.nan, np.inf
         cases.append(both)
     for x in cases:
-        value = tf.cast(tf.constant(x), dtype)
-        exact = evaluate(lambda: tf.cast(value, tf.float64))  # pylint: disable=cell-var-from-loop
-        got = evaluate(lambda: fused.nls_magnitude(value, True))  # pylint: disable=cell-var-from-loop
+        def value(x=x):
+            return tf.cast(tf.constant(x), dtype)
+        exact = evaluate(lambda: tf.cast(value(), tf.float64))  # pylint: disable=cell-var-from-loop
+        got = evaluate(lambda: fused.nls_magnitude(value(), True))  # pylint: disable=cell-var-from-loop
         want = numpy_magnitude(exact)
         assert (np.isnan(got) and np.isnan(want)) or got == want, (got, want)
-        assert evaluate(lambda: fused.nls_magnitude(value, False)) == 0.0  # pylint: disable=cell-var-from-loop
+        assert evaluate(lambda: fused.nls_magnitude(value(), False)) == 0.0  # pylint: disable=cell-var-from-loop
 
 
 @pytest.mark.parametrize("size", [1, 5, 32767, 32768, 100_003])
