@@ -454,10 +454,24 @@ def _site(name, direction):
                                  magnitude=1e5, order=0, first=True)
 
 
-def _fake_localisation(record):
+def _fake_localisation(record, enabled=True):
     module = types.ModuleType("npu_loss_scale.device.localisation")
     module.last_record = lambda: record
+    module.enabled = lambda: enabled
     return module
+
+
+def test_a_step_s_failure_names_the_recorded_sites_only_while_localisation_is_on(monkeypatch):
+    """A record an earlier localised graph of the process left is no record of a step made with
+    localisation off: the message leaves its sites out."""
+    record = types.SimpleNamespace(step=3, sites=[_site("old/MatMul", "forward")], skipped=True)
+    overflowed = {"finite": False, "next_loss_scale": 2.0}
+    for enabled, named in ((False, False), (True, True)):
+        monkeypatch.setitem(sys.modules, "npu_loss_scale.device.localisation",
+                            _fake_localisation(record, enabled))
+        with pytest.raises(AssertionError) as failed:
+            assert_no_overflow(overflowed)
+        assert ("overflow sites: old/MatMul" in str(failed.value)) == named, str(failed.value)
 
 
 def test_overflow_sites_come_from_the_localisation_record(monkeypatch):

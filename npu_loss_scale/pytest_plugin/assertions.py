@@ -78,13 +78,18 @@ def _describe(details):
     return ", ".join(parts)
 
 
-def _sites_note():
-    """The last recorded overflow sites, when localisation is available and has some."""
-    try:
-        localisation = importlib.import_module("npu_loss_scale.device.localisation")
-        record = localisation.last_record()
-    except Exception:  # pylint: disable=broad-except
-        return ""      # the note is extra information only; the assertion stands without it
+def _sites_note(step):
+    """The overflow sites of ``step``: its own when it is a localisation record, else the last
+    recorded ones while localisation is on (when it is off, a record left by an earlier graph of
+    the process is no record of this step); "" when there are none."""
+    record = step if hasattr(step, "sites") else None
+    if record is None:
+        try:
+            localisation = importlib.import_module("npu_loss_scale.device.localisation")
+            if localisation.enabled():
+                record = localisation.last_record()
+        except Exception:  # pylint: disable=broad-except
+            return ""      # the note is extra information only; the assertion stands without it
     if record is None or not getattr(record, "sites", None):
         return ""
     shown = ["%s (%s, %s)" % (s.op_name, s.direction, s.dtype) for s in record.sites[:5]]
@@ -105,7 +110,7 @@ def assert_no_overflow(step):
     if overflowed:
         described = _describe(details)
         raise AssertionError("the step overflowed (and was skipped)%s%s"
-                             % (": " + described if described else "", _sites_note()))
+                             % (": " + described if described else "", _sites_note(step)))
 
 
 def assert_step_skipped(step):
