@@ -213,6 +213,10 @@ def _round_half_ieee_dense_gradient(dy, site):
                                 saturating=False)
 
 
+_ROUNDING_GRADIENTS = {"NlsRoundHalfSaturate": _round_half_dense_gradient,
+                       "NlsRoundHalf": _round_half_ieee_dense_gradient}
+
+
 # Values of a graph known to be saturated roundings (finite, in range, of the dtype's precision):
 # rounding one again to its dtype changes no value and sets no register word, so the precision
 # emulation takes it as it is (:func:`npu_loss_scale.device.precision_rules.round_operand`, which
@@ -246,15 +250,11 @@ def rounded_to(tensor):
 
 
 @tf.RegisterGradient("NlsRoundHalfSaturate")
-def _round_half_gradient(op, dy, unused_dflags):  # pylint: disable=unused-argument
-    site = op.inputs[0].op.name if localisation.enabled() else None
-    return on_gradient(dy, site, _round_half_dense_gradient)
-
-
 @tf.RegisterGradient("NlsRoundHalf")
-def _round_half_ieee_gradient(op, dy, unused_dflags):  # pylint: disable=unused-argument
+def _round_half_gradient(op, dy, unused_dflags):  # pylint: disable=unused-argument
+    """Either fused rounding's gradient: ``dy`` rounded as the forward value was."""
     site = op.inputs[0].op.name if localisation.enabled() else None
-    return on_gradient(dy, site, _round_half_ieee_dense_gradient)
+    return on_gradient(dy, site, _ROUNDING_GRADIENTS[op.type])
 
 
 @tf.RegisterGradient("NlsSaturate")

@@ -216,9 +216,9 @@ class RoundHalfOp : public OpKernel {
   }
 };
 
-// max |v| over src[begin, end) into *m (NaNs left out, each seen setting *nan).
+// max |v| over src[begin, end), NaNs left out (each seen setting *nan); 0 for none.
 template <typename T>
-void MagnitudeRange(const T* src, int64_t begin, int64_t end, double* m, bool* nan) {
+double MagnitudeRange(const T* src, int64_t begin, int64_t end, bool* nan) {
   decltype(Wide(src[begin])) best = 0;
   for (int64_t i = begin; i < end; ++i) {
     const auto a = std::fabs(Wide(src[i]));
@@ -228,7 +228,7 @@ void MagnitudeRange(const T* src, int64_t begin, int64_t end, double* m, bool* n
       best = a;
     }
   }
-  if (static_cast<double>(best) > *m) *m = static_cast<double>(best);
+  return static_cast<double>(best);
 }
 
 template <typename T>
@@ -248,9 +248,8 @@ class MagnitudeOp : public OpKernel {
       std::mutex lock;
       bool any_nan = false;
       nls::ForShards(ctx, in.NumElements(), [&](int64_t begin, int64_t end) {
-        double m = 0.0;
         bool nan = false;
-        MagnitudeRange(src, begin, end, &m, &nan);
+        const double m = MagnitudeRange(src, begin, end, &nan);
         std::lock_guard<std::mutex> hold(lock);
         if (m > result) result = m;
         any_nan = any_nan || nan;

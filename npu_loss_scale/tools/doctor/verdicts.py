@@ -46,7 +46,9 @@ def reaches(graph, op_name, targets):
 def fed_by(graph, op_name, earlier, forward_op_of):
     """The sites among ``earlier`` whose values flow into the site ``op_name``
     (:meth:`~npu_loss_scale.tools.doctor.paths.DataGraph.fed_by`)."""
-    return DataGraph(graph).fed_by(op_name, earlier, forward_op_of)
+    data = DataGraph(graph)
+    data.track([op_name] + list(earlier))   # one pass, not a walk per earlier site
+    return data.fed_by(op_name, earlier, forward_op_of)
 
 
 def ancestors_of_types(targets, types):
