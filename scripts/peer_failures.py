@@ -121,7 +121,10 @@ def worker_main(args):
         gs = tf.compat.v1.train.get_or_create_global_step()
         train = opt.minimize(loss, global_step=gs)
         scale, good, bad = mgr.variables
-        state = {"finite": opt.overflow_status_reduce_all, "loss_scale": tf.identity(scale),
+        finite = opt.overflow_status_reduce_all
+        # read in a run of its own after the step: read in the step's run, a variable may be
+        # read before its update on one rank and after it on another
+        state = {"loss_scale": tf.identity(scale),
                  "good_steps": tf.identity(good), "bad_steps": tf.identity(bad),
                  "skipped_steps": tf.identity(opt.skipped_steps), "global_step": tf.identity(gs),
                  "w": tf.identity(w)}
@@ -143,7 +146,8 @@ def worker_main(args):
             started = time.time()
             try:
                 with agreement.failure_messages():
-                    _, values = sess.run([train, state], {x: xv, t: tv})
+                    _, values = sess.run([train, {"finite": finite}], {x: xv, t: tv})
+                    values.update(sess.run(state))
             except Exception as err:  # pylint: disable=broad-except
                 error = {"rank": rank, "step": step, "type": type(err).__name__,
                          "message": str(err), "at": time.time(),
