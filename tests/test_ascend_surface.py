@@ -274,6 +274,14 @@ def test_session_script_in_force_fp32_never_overflows_and_loops_per_run(tmp_path
     assert steps == [(131072.0, 3), (131072.0, 6)]
 
 
+def test_plain_ignores_the_precision_mode_of_the_session_config(tmp_path):
+    """--plain: the same script as above, its allow_mix_precision not applied: float32 as
+    written, no overflow at 2**17."""
+    events = _run(["--plain", SESSION_SCRIPT, "--steps=2"], str(tmp_path))
+    steps = [(e["scale_before"], e["global_step"]) for e in events if e["event"] == "step"]
+    assert steps == [(131072.0, 1), (131072.0, 2)]
+
+
 @estimator_only
 def test_estimator_script_honours_iterations_per_loop_and_precision_mode(tmp_path):
     """iterations_per_loop=2, max_steps=4: the first run's two steps overflow (2**17, 2**16 in

@@ -1076,6 +1076,13 @@ CASES = [
                       r"\(float16, bfloat16, float32, float64\); got 'int32'"),
          behaviour="exit status 2; stderr: '--saturate-dtypes must be a comma-separated list of "
                    "floating dtypes ...; got 'int32''", graph=False),
+    case("emulate-plain-with-device-options", CLI,
+         b_cli(["--plain", "--saturate-every-op", "--precision-mode", "force_fp16", "x.py"],
+               stderr=r"--plain runs the script without the device's arithmetic; "
+                      r"--saturate-every-op and --precision-mode would emulate it"),
+         behaviour="exit status 2; stderr: \"--plain runs the script without the device's "
+                   "arithmetic; --saturate-every-op and --precision-mode would emulate it ...\"",
+         graph=False),
     case("emulate-module-flag-without-module", CLI,
          b_cli(["-m"], stderr=r"-m needs a module name to run"),
          behaviour="exit status 2; stderr: '-m needs a module name to run'", graph=False),

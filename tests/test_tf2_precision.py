@@ -85,6 +85,16 @@ def test_a_matmul_computes_as_the_mode_says_eagerly_and_in_graphs(device, run, m
     assert overflowed() is flagged
 
 
+def test_a_plain_run_installs_no_op_precision(device, monkeypatch):
+    """npu-emulate --plain (NPU_LOSS_SCALE_PLAIN): npu_device's mode is not applied."""
+    monkeypatch.setenv("NPU_LOSS_SCALE_PLAIN", "1")
+    assert precision.install_op_precision("allow_mix_precision") == "allow_mix_precision"
+    assert tf.function(function_matmul.python_function)() == 90001.0 and not overflowed()
+    monkeypatch.setenv("NPU_LOSS_SCALE_PLAIN", "0")       # "0" is not plain
+    precision.install_op_precision("allow_mix_precision")
+    assert tf.function(function_matmul.python_function)() == F16_MAX and overflowed()
+
+
 @pytest.mark.parametrize("mode", ["cube_fp16in_fp32out", "allow_mix_precision"])
 def test_operands_are_rounded_to_float16_before_the_product(device, mode):
     """cube_fp16in_fp32out keeps a float32 result, so only operand rounding can make it 3.0."""

@@ -35,6 +35,14 @@ option and accepted value; docs/cli.md has them with examples. Options (before t
     mixed ``precision_mode`` (``allow_mix_precision`` and its ``_fp16``/``_bf16`` forms) lowers
     to float16 (checked before the script starts; it sets ``NPU_LOSS_SCALE_MODIFY_MIXLIST``, which
     the script's children inherit); see :mod:`npu_loss_scale.device.precision_lists`.
+``--plain``
+    No device arithmetic: the CPU stand-in's names only. No ``precision_mode`` is applied, neither
+    a session config's, ``NPURunConfig``'s nor ``npu_device.global_options()``'s (the script's
+    float32 runs as written); loss scaling and the float-status register still run, and an
+    overflow stays IEEE inf/NaN. The baseline the emulated device's cost is measured against
+    (``scripts/try_ascend_scripts.py --compare-plain``); it sets ``NPU_LOSS_SCALE_PLAIN``, which
+    the script's children inherit. Refused with ``--saturate-every-op``, ``--precision-mode``
+    and ``--modify-mixlist``.
 ``--report FILE``
     At exit, write to FILE a JSON summary of the shim's ``NPULossScaleOptimizer``s: how many
     were built, how many train ops they built and how many steps those applied and skipped (it
@@ -122,6 +130,12 @@ def _run(args, argv, prog):
         return ranks.launch(args.ranks, _without_ranks(argv))
     if args.sat_mode is not None:
         os.environ["NPU_LOSS_SCALE_SAT_MODE"] = str(args.sat_mode)
+    if args.plain:
+        from npu_loss_scale.device import (  # no TensorFlow  pylint: disable=import-outside-toplevel
+            precision_modes)
+        os.environ[precision_modes.PLAIN_ENV_VAR] = "1"
+        print("%s: --plain: no precision_mode is applied (float32 as written)" % prog,
+              file=sys.stderr)
     if args.report is not None:
         os.environ["NPU_LOSS_SCALE_EMULATE_REPORT"] = os.path.abspath(args.report)
     if args.modify_mixlist is not None:  # the process-wide list, for the script and its children

@@ -26,13 +26,16 @@ examples:
   # two emulated ranks (HCCL over TensorFlow collectives); output lines start with [rank]
   %(prog)s --ranks 2 train.py
 
+  # the same script without the device's arithmetic: the baseline of the emulation's cost
+  %(prog)s --plain --tf1 train.py
+
   # where overflows start, and a loss-scale advice, for a module run as `python -m`
   %(prog)s --overflow-report overflow.jsonl --advise advice.json -m models.bert.train
 
 Everything after the script (or after -m MODULE) is the script's own: options of this command
 go before it. `--` may separate them explicitly. Environment: NPU_LOSS_SCALE_SAT_MODE,
-NPU_LOSS_SCALE_BACKEND, NPU_LOSS_SCALE_FUSED_UNSCALE, NPU_LOSS_SCALE_MODIFY_MIXLIST (see
-docs/cli.md).
+NPU_LOSS_SCALE_BACKEND, NPU_LOSS_SCALE_FUSED_UNSCALE, NPU_LOSS_SCALE_MODIFY_MIXLIST,
+NPU_LOSS_SCALE_PLAIN (see docs/cli.md).
 """
 
 
@@ -125,6 +128,13 @@ def build_parser(prog=PROG):
                              "npu_device.global_options() names none; it changes what a mixed "
                              "precision_mode (allow_mix_precision...) lowers to float16. Sets "
                              "NPU_LOSS_SCALE_MODIFY_MIXLIST for the script and its children")
+    device.add_argument("--plain", action="store_true",
+                        help="no device arithmetic: the stand-in names only, every session's "
+                             "and npu_device's precision_mode ignored (float32 as written; "
+                             "loss scaling and the register still run, overflow stays IEEE "
+                             "inf/NaN). The baseline the emulation's cost is measured against; "
+                             "not with --saturate-every-op, --precision-mode or "
+                             "--modify-mixlist")
 
     scripts = parser.add_argument_group("script compatibility")
     scripts.add_argument("--tf1", action="store_true",
@@ -178,6 +188,14 @@ def parse(argv, prog=PROG):
     """The parsed options; ``script``/``module`` and ``script_args`` say what to run."""
     parser = build_parser(prog)
     args = parse_script(parser, argv)
+    if args.plain:
+        given = [name for name, value in (("--saturate-every-op", args.saturate_every_op),
+                                          ("--precision-mode", args.precision_mode),
+                                          ("--modify-mixlist", args.modify_mixlist)) if value]
+        if given:
+            parser.error("--plain runs the script without the device's arithmetic; %s would "
+                         "emulate it (give either --plain or the device's options)"
+                         % " and ".join(given))
     if args.saturate_every_op:
         from npu_loss_scale.device import (  # imports TensorFlow  pylint: disable=import-outside-toplevel
             saturation)

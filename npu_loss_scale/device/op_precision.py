@@ -12,6 +12,7 @@ import tensorflow as tf
 from npu_loss_scale._internal.compat import tape
 from npu_loss_scale._internal.compat.scripts import NATIVE_TF1
 from npu_loss_scale.device import precision_lists
+from npu_loss_scale.device.precision_modes import plain_run
 from npu_loss_scale.device.precision_rules import RULES, check_precision_mode, handled_ops, \
     rewrite_counters, round_operand, round_to
 
@@ -99,7 +100,8 @@ def install_op_precision(mode, modify_mixlist=None):
     sessions (a session config can name its own mode). Process-wide (every thread), until
     :func:`uninstall_op_precision`. Ops built before the call are not changed (the device
     applies its options when it is opened, before the model is built). Returns the mode; a
-    mode that casts nothing (``force_fp32``, ``must_keep_origin_dtype``) installs nothing.
+    mode that casts nothing (``force_fp32``, ``must_keep_origin_dtype``) installs nothing, and
+    so does a plain run (``npu-emulate --plain``, :func:`~npu_loss_scale.device.precision_modes.plain_run`).
     TensorFlow 1.x has no TF2 code to act on (its ``tf.compat.v1`` graphs are the sessions'):
     there it raises ``NotImplementedError``. ``modify_mixlist`` (a JSON file's path, a dict of
     its shape, or None for the process-wide one) changes the op types a mixed mode lowers; ops
@@ -114,6 +116,8 @@ def install_op_precision(mode, modify_mixlist=None):
             "sessions apply it: use set_default_precision_mode(%r) with install_session_hook() "
             "(python -m npu_loss_scale.emulate and the pytest plugin's npu_device do)"
             % (mode, tf.__version__, mode))
+    if plain_run():
+        return mode
     rule = _OpRule(mode, precision_lists.default_modify_mixlist() if modify_mixlist is None
                    else precision_lists.load_modify_mixlist(modify_mixlist))
     uninstall_op_precision()

@@ -55,7 +55,7 @@ import tensorflow as tf
 from npu_loss_scale.device.op_precision import install_op_precision, op_precision, \
     op_precision_mode, uninstall_op_precision
 from npu_loss_scale.device import precision_lists
-from npu_loss_scale.device.precision_modes import PRECISION_MODES
+from npu_loss_scale.device.precision_modes import PRECISION_MODES, plain_run
 from npu_loss_scale.device.precision_rules import CUBE_OPS, FORCE_FP16_OPS, RULES, \
     check_precision_mode, handled_ops, rewrite_counters, round_operand, round_to
 
@@ -162,8 +162,9 @@ def install_session_hook():
     again, to the ops added since, whenever the session brings its runtime up to date with the
     graph (each ``run`` or callable after the graph grew). The second point matters for Keras
     scripts, which make their session (``set_keras_session_npu_config``) before building the model.
+    In a plain run (``npu-emulate --plain``) nothing is installed.
     """
-    if _patched:
+    if _patched or plain_run():   # a plain run (npu-emulate --plain) applies no mode
         return
     from tensorflow.python.client import (  # pylint: disable=import-outside-toplevel
         session as session_lib)
