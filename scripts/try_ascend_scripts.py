@@ -5,6 +5,7 @@ Usage::
     python scripts/try_ascend_scripts.py CORPUS_DIR [--sample N] [--seed S] [--list FILE]
                                          [--timeout SEC] [--jobs J] [--python PY] [--keep DIR]
                                          [--only TEXT] [--recipes DIR | --no-recipes]
+                                         [--compare-plain]
 
 ``CORPUS_DIR`` is a folder of Ascend TensorFlow scripts, for example a checkout of Ascend's public
 ModelZoo-TensorFlow (nothing of it belongs in this repository). The script
@@ -40,6 +41,13 @@ ModelZoo-TensorFlow (nothing of it belongs in this repository). The script
    API not mapped, third-party module missing, data or arguments, timeout, other) and a summary:
    the count of scripts that trained and the others' first barriers by kind.
 
+With ``--compare-plain`` each script runs twice, back to back in its own folders: once as
+above (the *emulated* run) and once as ``npu-emulate --plain`` (the *plain* run: the stand-in
+names only, no ``precision_mode`` applied, float32 as written), the order alternating from one
+script to the next. It prints both outcomes and wall times per script and, in the summary, which
+scripts that train plain also train emulated, and the total time of the scripts that trained in
+both runs, emulated against plain (the emulated device's cost on real scripts).
+
 Outcomes: ``trained`` (>= 1 step through NPULossScaleOptimizer, clean exit), ``trained, then
 failed`` / ``trained, then timeout`` (>= 1 step, the run ended otherwise: evaluation on missing
 data, a later phase...), ``failed`` / ``timeout`` (no step), ``no-loss-scale-step`` (clean exit,
@@ -55,6 +63,7 @@ import random
 import re
 import shlex
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -469,6 +478,9 @@ def add_arguments(parser):
                              "the sample is drawn first, so the seed keeps its meaning)")
     parser.add_argument("--recipes", metavar="DIR", default=recipes.HERE,
                         help="folder of recipe modules (default: scripts/ascend_recipes)")
+    parser.add_argument("--compare-plain", action="store_true",
+                        help="run each script as npu-emulate --plain too and compare outcomes "
+                             "and wall times (the emulated device against plain TensorFlow)")
     parser.add_argument("--no-recipes", action="store_true",
                         help="generic arguments and data only, even where scripts/ascend_recipes "
                              "has a recipe for the model directory")
@@ -567,6 +579,90 @@ def run_jobs(args, corpus, version, jobs, work_root, launcher=None, report=None)
     return results
 
 
+VARIANTS = ("plain", "emulated")
+
+
+def _launcher(variant, work):
+    """The arguments after ``python`` for a variant of :func:`compare_plain`."""
+    return (["-m", "npu_loss_scale.emulate"] + (["--plain"] if variant == "plain" else [])
+            + ["--report", os.path.join(work, "report.json")])
+
+
+def compare_plain(args, corpus, version, jobs, work_root):
+    """Runs each job plain and emulated (:data:`VARIANTS`, the first of a pair alternating), in
+    folders ``<i>-<variant>`` of ``work_root``, ``args.jobs`` pairs at once; prints each pair as
+    it ends. Returns ``[{variant: result}]`` in the jobs' order."""
+    native_tf1 = version.startswith("1.")
+
+    def pair(i, script, extra, recipe):
+        out = {}
+        for variant in (VARIANTS if i % 2 == 0 else VARIANTS[::-1]):
+            work = os.path.join(work_root, "%02d-%s" % (i, variant))
+            shutil.rmtree(work, ignore_errors=True)
+            os.makedirs(work)
+            out[variant] = run_one(corpus, script, extra, args.python, args.timeout, work,
+                                   recipe, native_tf1, _launcher(variant, work))
+        return out
+
+    results = [None] * len(jobs)
+    if args.jobs == 1:
+        for i, job in enumerate(jobs):
+            results[i] = pair(i, *job)
+            _print_pair(i, results[i])
+    else:
+        from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
+        with ThreadPoolExecutor(args.jobs) as pool:
+            futures = [pool.submit(pair, i, *job) for i, job in enumerate(jobs)]
+            for i, future in enumerate(futures):
+                results[i] = future.result()
+                _print_pair(i, results[i])
+    return results
+
+
+def _print_pair(i, pair):
+    first = pair["plain"]
+    print("%2d. %s%s%s" % (i + 1, first["script"], " [--tf1]" if first["tf1"] else "",
+                           " [recipe %s]" % first["recipe"] if first["recipe"] else ""))
+    for variant in VARIANTS:
+        result = pair[variant]
+        steps = result["report"]
+        print("    %-8s %s (applied %d, skipped %d; %.1fs)%s" % (
+            variant, result["outcome"], steps.get("steps_applied", 0),
+            steps.get("steps_skipped", 0), result["seconds"],
+            "" if trained(result) else "; first barrier: %s [%s]" % (
+                result["barrier"], barrier_category(result))))
+    if trained(pair["plain"]) and trained(pair["emulated"]):
+        print("    emulated / plain: %.2fx" % (pair["emulated"]["seconds"]
+                                               / max(pair["plain"]["seconds"], 1e-9)))
+    sys.stdout.flush()
+
+
+def comparison_summary(pairs):
+    """The summary lines of :func:`compare_plain`'s results."""
+    plain = [p for p in pairs if trained(p["plain"])]
+    both = [p for p in plain if trained(p["emulated"])]
+    lines = ["trained plain: %d of %d; of those, trained emulated too: %d"
+             % (len(plain), len(pairs), len(both))]
+    for p in plain:
+        if not trained(p["emulated"]):
+            lines.append("  trains plain only: %s (emulated: %s, %s)" % (
+                p["plain"]["script"], p["emulated"]["outcome"], p["emulated"]["barrier"]))
+    for p in pairs:
+        if trained(p["emulated"]) and not trained(p["plain"]):
+            lines.append("  trains emulated only: %s (plain: %s, %s)" % (
+                p["plain"]["script"], p["plain"]["outcome"], p["plain"]["barrier"]))
+    if both:
+        t_plain = sum(p["plain"]["seconds"] for p in both)
+        t_emulated = sum(p["emulated"]["seconds"] for p in both)
+        ratios = sorted(p["emulated"]["seconds"] / max(p["plain"]["seconds"], 1e-9)
+                        for p in both)
+        lines.append("total wall time of the %d trained in both: plain %.1f s, emulated %.1f s: "
+                     "%.2fx (per script %.2fx-%.2fx, median %.2fx)"
+                     % (len(both), t_plain, t_emulated, t_emulated / max(t_plain, 1e-9),
+                        ratios[0], ratios[-1], statistics.median(ratios)))
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     add_arguments(parser)
@@ -575,6 +671,16 @@ def main(argv=None):
     if args.dry_run:
         return 0
     work_root = args.keep or tempfile.mkdtemp(prefix="try_ascend_")
+    if args.compare_plain:
+        pairs = compare_plain(args, corpus, version, jobs, work_root)
+        if not args.keep:
+            shutil.rmtree(work_root, ignore_errors=True)
+        print()
+        print("\n".join(comparison_summary(pairs)))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as handle:
+                json.dump(pairs, handle, indent=1)
+        return 0
     results = run_jobs(args, corpus, version, jobs, work_root)
     if args.keep:
         for i, result in enumerate(results):

@@ -210,6 +210,76 @@ def test_try_script_runs_a_sample_and_counts_only_evidence_of_loss_scaled_steps(
         in out.stdout
 
 
+def test_compare_plain_runs_each_script_plain_and_emulated(tmp_path):
+    """The config's allow_mix_precision rounds the backward matmul's incoming gradient, 2**17
+    and then 2**16 (both beyond float16's 65504): the emulated run skips both steps; the plain
+    run applies both in float32. Pairs and summary as the command prints and writes them."""
+    root = str(tmp_path / "zoo")
+    _write(root, "Mix_ID0001_for_TensorFlow/train.py", """
+        import tensorflow as tf
+        from npu_bridge.npu_init import *
+        tf.app.flags.DEFINE_integer("train_steps", 100, "")
+        FLAGS = tf.app.flags.FLAGS
+        def main(_):
+            x = tf.constant([[1.0, 2.0]])
+            w = tf.get_variable("w", [2, 1], initializer=tf.ones_initializer())
+            mgr = ExponentialUpdateLossScaleManager(init_loss_scale=2 ** 17,
+                                                    incr_every_n_steps=1000,
+                                                    decr_every_n_nan_or_inf=1, decr_ratio=0.5)
+            opt = NPULossScaleOptimizer(tf.train.GradientDescentOptimizer(0.1), mgr)
+            op = opt.minimize(tf.reduce_sum(tf.matmul(x, w)))
+            config = tf.ConfigProto()
+            custom = config.graph_options.rewrite_options.custom_optimizers.add()
+            custom.name = "NpuOptimizer"
+            custom.parameter_map["precision_mode"].s = tf.compat.as_bytes("allow_mix_precision")
+            with tf.Session(config=config) as sess:
+                sess.run(tf.global_variables_initializer())
+                for _ in range(FLAGS.train_steps):
+                    sess.run(op)
+        if __name__ == "__main__":
+            tf.app.run()
+        """)
+    results_file = str(tmp_path / "pairs.json")
+    out = subprocess.run([sys.executable, TRY, root, "--sample", "1", "--compare-plain",
+                          "--timeout", "240", "--python", sys.executable, "--json", results_file],
+                         env=_env(), capture_output=True, text=True, timeout=900, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with open(results_file, encoding="utf-8") as handle:
+        (pair,) = json.load(handle)
+    plain, emulated = pair["plain"], pair["emulated"]
+    assert (plain["outcome"], plain["report"]["steps_applied"],
+            plain["report"]["steps_skipped"]) == ("trained", 2, 0), plain["stderr_tail"]
+    assert (emulated["outcome"], emulated["report"]["steps_applied"],
+            emulated["report"]["steps_skipped"]) == ("trained", 0, 2), emulated["stderr_tail"]
+    assert "--plain: no precision_mode is applied" in plain["stderr_tail"]
+    assert "--plain" not in emulated["stderr_tail"]
+    assert "trained plain: 1 of 1; of those, trained emulated too: 1\n" in out.stdout
+    ratio = emulated["seconds"] / plain["seconds"]
+    assert ("total wall time of the 1 trained in both: plain %.1f s, emulated %.1f s: %.2fx"
+            % (plain["seconds"], emulated["seconds"], ratio)) in out.stdout
+
+
+def test_the_comparison_summary_names_scripts_that_train_in_one_run_only():
+    mod = _load_try()
+
+    def run(script, outcome, seconds, barrier="-"):
+        return {"script": script, "outcome": outcome, "seconds": seconds, "barrier": barrier}
+
+    pairs = [{"plain": run("a.py", "trained", 10.0), "emulated": run("a.py", "trained", 12.0)},
+             {"plain": run("b.py", "trained", 20.0), "emulated": run("b.py", "timeout", 60.0,
+                                                                    "timeout after 60s")},
+             {"plain": run("c.py", "failed", 1.0, "ImportError: x"),
+              "emulated": run("c.py", "trained, then failed", 5.0, "KeyError: y")},
+             {"plain": run("d.py", "trained, then timeout", 30.0),
+              "emulated": run("d.py", "trained", 45.0)}]
+    assert mod.comparison_summary(pairs) == [
+        "trained plain: 3 of 4; of those, trained emulated too: 2",
+        "  trains plain only: b.py (emulated: timeout, timeout after 60s)",
+        "  trains emulated only: c.py (plain: failed, ImportError: x)",
+        "total wall time of the 2 trained in both: plain 40.0 s, emulated 57.0 s: 1.43x "
+        "(per script 1.20x-1.50x, median 1.35x)"]
+
+
 @pytest.mark.slow
 def test_a_recipe_gives_a_script_its_arguments_and_data_and_is_counted_apart(tmp_path):
     """A script that needs a vocabulary file and a task name fails with the generic arguments
