@@ -101,7 +101,8 @@ def install_op_precision(mode, modify_mixlist=None):
     :func:`uninstall_op_precision`. Ops built before the call are not changed (the device
     applies its options when it is opened, before the model is built). Returns the mode; a
     mode that casts nothing (``force_fp32``, ``must_keep_origin_dtype``) installs nothing, and
-    so does a plain run (``npu-emulate --plain``, :func:`~npu_loss_scale.device.precision_modes.plain_run`).
+    so does a plain run (``npu-emulate --plain``:
+    :func:`~npu_loss_scale.device.precision_modes.plain_run`).
     TensorFlow 1.x has no TF2 code to act on (its ``tf.compat.v1`` graphs are the sessions'):
     there it raises ``NotImplementedError``. ``modify_mixlist`` (a JSON file's path, a dict of
     its shape, or None for the process-wide one) changes the op types a mixed mode lowers; ops
