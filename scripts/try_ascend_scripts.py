@@ -45,8 +45,10 @@ With ``--compare-plain`` each script runs twice, back to back in its own folders
 above (the *emulated* run) and once as ``npu-emulate --plain`` (the *plain* run: the stand-in
 names only, no ``precision_mode`` applied, float32 as written), the order alternating from one
 script to the next. It prints both outcomes and wall times per script and, in the summary, which
-scripts that train plain also train emulated, and the total time of the scripts that trained in
-both runs, emulated against plain (the emulated device's cost on real scripts).
+scripts that train plain also train emulated, and the total wall time of the scripts that trained
+in both runs and ended on their own, emulated against plain (the emulated device's cost on real
+scripts); one that ran into the timeout (a script that trains until stopped) is compared by the
+steps each run made.
 
 Outcomes: ``trained`` (>= 1 step through NPULossScaleOptimizer, clean exit), ``trained, then
 failed`` / ``trained, then timeout`` (>= 1 step, the run ended otherwise: evaluation on missing
@@ -637,8 +639,15 @@ def _print_pair(i, pair):
     sys.stdout.flush()
 
 
+def _steps(result):
+    report = result["report"]
+    return report.get("steps_applied", 0) + report.get("steps_skipped", 0)
+
+
 def comparison_summary(pairs):
-    """The summary lines of :func:`compare_plain`'s results."""
+    """The summary lines of :func:`compare_plain`'s results. Wall times are compared where both
+    runs trained and ended on their own; a script that ran into the timeout in both (one that
+    trains until stopped) is compared by the steps each run made in that time."""
     plain = [p for p in pairs if trained(p["plain"])]
     both = [p for p in plain if trained(p["emulated"])]
     lines = ["trained plain: %d of %d; of those, trained emulated too: %d"
@@ -651,15 +660,24 @@ def comparison_summary(pairs):
         if trained(p["emulated"]) and not trained(p["plain"]):
             lines.append("  trains emulated only: %s (plain: %s, %s)" % (
                 p["plain"]["script"], p["plain"]["outcome"], p["plain"]["barrier"]))
-    if both:
-        t_plain = sum(p["plain"]["seconds"] for p in both)
-        t_emulated = sum(p["emulated"]["seconds"] for p in both)
+    timed_out = [p for p in both if any(p[v]["outcome"].endswith("timeout") for v in VARIANTS)]
+    ended = [p for p in both if p not in timed_out]
+    if ended:
+        t_plain = sum(p["plain"]["seconds"] for p in ended)
+        t_emulated = sum(p["emulated"]["seconds"] for p in ended)
         ratios = sorted(p["emulated"]["seconds"] / max(p["plain"]["seconds"], 1e-9)
-                        for p in both)
-        lines.append("total wall time of the %d trained in both: plain %.1f s, emulated %.1f s: "
-                     "%.2fx (per script %.2fx-%.2fx, median %.2fx)"
-                     % (len(both), t_plain, t_emulated, t_emulated / max(t_plain, 1e-9),
+                        for p in ended)
+        lines.append("total wall time of the %d trained in both that ended on their own: plain "
+                     "%.1f s, emulated %.1f s: %.2fx (per script %.2fx-%.2fx, median %.2fx)"
+                     % (len(ended), t_plain, t_emulated, t_emulated / max(t_plain, 1e-9),
                         ratios[0], ratios[-1], statistics.median(ratios)))
+    for p in timed_out:
+        lines.append("  ran into the timeout (%s): %s: plain %d steps in %.0f s (%s), emulated %d "
+                     "steps in %.0f s (%s)"
+                     % ("both" if all(p[v]["outcome"].endswith("timeout") for v in VARIANTS)
+                        else "one run", p["plain"]["script"], _steps(p["plain"]),
+                        p["plain"]["seconds"], p["plain"]["outcome"], _steps(p["emulated"]),
+                        p["emulated"]["seconds"], p["emulated"]["outcome"]))
     return lines
 
 

@@ -255,29 +255,35 @@ def test_compare_plain_runs_each_script_plain_and_emulated(tmp_path):
     assert "--plain" not in emulated["stderr_tail"]
     assert "trained plain: 1 of 1; of those, trained emulated too: 1\n" in out.stdout
     ratio = emulated["seconds"] / plain["seconds"]
-    assert ("total wall time of the 1 trained in both: plain %.1f s, emulated %.1f s: %.2fx"
+    assert ("total wall time of the 1 trained in both that ended on their own: plain %.1f s, "
+            "emulated %.1f s: %.2fx"
             % (plain["seconds"], emulated["seconds"], ratio)) in out.stdout
 
 
 def test_the_comparison_summary_names_scripts_that_train_in_one_run_only():
     mod = _load_try()
 
-    def run(script, outcome, seconds, barrier="-"):
-        return {"script": script, "outcome": outcome, "seconds": seconds, "barrier": barrier}
+    def run(script, outcome, seconds, barrier="-", steps=2):
+        return {"script": script, "outcome": outcome, "seconds": seconds, "barrier": barrier,
+                "report": {"steps_applied": steps, "steps_skipped": 0} if steps else {}}
 
     pairs = [{"plain": run("a.py", "trained", 10.0), "emulated": run("a.py", "trained", 12.0)},
              {"plain": run("b.py", "trained", 20.0), "emulated": run("b.py", "timeout", 60.0,
                                                                     "timeout after 60s")},
              {"plain": run("c.py", "failed", 1.0, "ImportError: x"),
               "emulated": run("c.py", "trained, then failed", 5.0, "KeyError: y")},
-             {"plain": run("d.py", "trained, then timeout", 30.0),
-              "emulated": run("d.py", "trained", 45.0)}]
+             {"plain": run("d.py", "trained, then failed", 30.0, "KeyError: z"),
+              "emulated": run("d.py", "trained", 45.0)},
+             {"plain": run("e.py", "trained, then timeout", 300.0, steps=40),
+              "emulated": run("e.py", "trained, then timeout", 300.0, steps=30)}]
     assert mod.comparison_summary(pairs) == [
-        "trained plain: 3 of 4; of those, trained emulated too: 2",
+        "trained plain: 4 of 5; of those, trained emulated too: 3",
         "  trains plain only: b.py (emulated: timeout, timeout after 60s)",
         "  trains emulated only: c.py (plain: failed, ImportError: x)",
-        "total wall time of the 2 trained in both: plain 40.0 s, emulated 57.0 s: 1.43x "
-        "(per script 1.20x-1.50x, median 1.35x)"]
+        "total wall time of the 2 trained in both that ended on their own: plain 40.0 s, "
+        "emulated 57.0 s: 1.43x (per script 1.20x-1.50x, median 1.35x)",
+        "  ran into the timeout (both): e.py: plain 40 steps in 300 s (trained, then timeout), "
+        "emulated 30 steps in 300 s (trained, then timeout)"]
 
 
 @pytest.mark.slow
