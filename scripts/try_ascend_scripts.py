@@ -47,8 +47,9 @@ names only, no ``precision_mode`` applied, float32 as written), the order altern
 script to the next. It prints both outcomes and wall times per script and, in the summary, which
 scripts that train plain also train emulated, and the total wall time of the scripts that trained
 in both runs and ended on their own, emulated against plain (the emulated device's cost on real
-scripts); one that ran into the timeout (a script that trains until stopped) is compared by the
-steps each run made.
+scripts), and that of every script whose runs both ended on their own, whatever their outcome;
+one that ran into the timeout (a script that trains until stopped) is compared by the steps each
+run made.
 
 Outcomes: ``trained`` (>= 1 step through NPULossScaleOptimizer, clean exit), ``trained, then
 failed`` / ``trained, then timeout`` (>= 1 step, the run ended otherwise: evaluation on missing
@@ -671,6 +672,15 @@ def comparison_summary(pairs):
                      "%.1f s, emulated %.1f s: %.2fx (per script %.2fx-%.2fx, median %.2fx)"
                      % (len(ended), t_plain, t_emulated, t_emulated / max(t_plain, 1e-9),
                         ratios[0], ratios[-1], statistics.median(ratios)))
+    finished = [p for p in pairs if not any(p[v]["outcome"].endswith("timeout")
+                                            for v in VARIANTS)]
+    if finished:
+        lines.append("total wall time of the %d that ended on their own in both runs, whatever "
+                     "their outcome: plain %.1f s, emulated %.1f s: %.2fx" % (
+                         len(finished), sum(p["plain"]["seconds"] for p in finished),
+                         sum(p["emulated"]["seconds"] for p in finished),
+                         sum(p["emulated"]["seconds"] for p in finished)
+                         / max(sum(p["plain"]["seconds"] for p in finished), 1e-9)))
     for p in timed_out:
         lines.append("  ran into the timeout (%s): %s: plain %d steps in %.0f s (%s), emulated %d "
                      "steps in %.0f s (%s)"

@@ -282,6 +282,8 @@ def test_the_comparison_summary_names_scripts_that_train_in_one_run_only():
         "  trains emulated only: c.py (plain: failed, ImportError: x)",
         "total wall time of the 2 trained in both that ended on their own: plain 40.0 s, "
         "emulated 57.0 s: 1.43x (per script 1.20x-1.50x, median 1.35x)",
+        "total wall time of the 3 that ended on their own in both runs, whatever their outcome: "
+        "plain 41.0 s, emulated 62.0 s: 1.51x",
         "  ran into the timeout (both): e.py: plain 40 steps in 300 s (trained, then timeout), "
         "emulated 30 steps in 300 s (trained, then timeout)"]
 
