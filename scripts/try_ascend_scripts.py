@@ -605,6 +605,8 @@ def compare_plain(args, corpus, version, jobs, work_root):
             os.makedirs(work)
             out[variant] = run_one(corpus, script, extra, args.python, args.timeout, work,
                                    recipe, native_tf1, _launcher(variant, work))
+            with open(os.path.join(work, "stderr.txt"), "w", encoding="utf-8") as handle:
+                handle.write(out[variant]["stderr_tail"])   # kept with --keep
         return out
 
     results = [None] * len(jobs)
