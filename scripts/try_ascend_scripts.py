@@ -636,7 +636,10 @@ def _print_pair(i, pair):
             steps.get("steps_skipped", 0), result["seconds"],
             "" if trained(result) else "; first barrier: %s [%s]" % (
                 result["barrier"], barrier_category(result))))
-    if trained(pair["plain"]) and trained(pair["emulated"]):
+    if any(pair[v]["outcome"].endswith("timeout") for v in VARIANTS):
+        print("    steps before the timeout: plain %d, emulated %d"
+              % (_steps(pair["plain"]), _steps(pair["emulated"])))
+    elif trained(pair["plain"]) and trained(pair["emulated"]):
         print("    emulated / plain: %.2fx" % (pair["emulated"]["seconds"]
                                                / max(pair["plain"]["seconds"], 1e-9)))
     sys.stdout.flush()
