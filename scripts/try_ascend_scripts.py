@@ -555,7 +555,6 @@ def run_jobs(args, corpus, version, jobs, work_root, launcher=None, report=None)
     result)`` is called as each ends, in order. Returns the results."""
     native_tf1 = version.startswith("1.")
     report = report or _print_result
-    results = [None] * len(jobs)
 
     def work_dir(i):
         path = os.path.join(work_root, "%02d" % i)
@@ -568,17 +567,24 @@ def run_jobs(args, corpus, version, jobs, work_root, launcher=None, report=None)
         return run_one(corpus, script, extra, args.python, args.timeout, work, recipe,
                        native_tf1, launcher(work) if launcher else None)
 
-    if args.jobs == 1:
-        for i, (script, extra, recipe) in enumerate(jobs):
-            results[i] = one(i, script, extra, recipe)
+    return _in_order(args.jobs, jobs, one, report)
+
+
+def _in_order(threads, jobs, run, report):
+    """``run(i, *job)`` for each job, ``threads`` at once; ``report(i, result)`` in the jobs'
+    order as each ends. Returns the results in that order."""
+    results = [None] * len(jobs)
+    if threads == 1:
+        for i, job in enumerate(jobs):
+            results[i] = run(i, *job)
             report(i, results[i])
-    else:
-        from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
-        with ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(one, i, s, e, r) for i, (s, e, r) in enumerate(jobs)]
-            for i, future in enumerate(futures):
-                results[i] = future.result()
-                report(i, results[i])
+        return results
+    from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(run, i, *job) for i, job in enumerate(jobs)]
+        for i, future in enumerate(futures):
+            results[i] = future.result()
+            report(i, results[i])
     return results
 
 
@@ -609,19 +615,7 @@ def compare_plain(args, corpus, version, jobs, work_root):
                 handle.write(out[variant]["stderr_tail"])   # kept with --keep
         return out
 
-    results = [None] * len(jobs)
-    if args.jobs == 1:
-        for i, job in enumerate(jobs):
-            results[i] = pair(i, *job)
-            _print_pair(i, results[i])
-    else:
-        from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
-        with ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(pair, i, *job) for i, job in enumerate(jobs)]
-            for i, future in enumerate(futures):
-                results[i] = future.result()
-                _print_pair(i, results[i])
-    return results
+    return _in_order(args.jobs, jobs, pair, _print_pair)
 
 
 def _print_pair(i, pair):
@@ -636,13 +630,18 @@ def _print_pair(i, pair):
             steps.get("steps_skipped", 0), result["seconds"],
             "" if trained(result) else "; first barrier: %s [%s]" % (
                 result["barrier"], barrier_category(result))))
-    if any(pair[v]["outcome"].endswith("timeout") for v in VARIANTS):
+    if _timed_out(pair):
         print("    steps before the timeout: plain %d, emulated %d"
               % (_steps(pair["plain"]), _steps(pair["emulated"])))
     elif trained(pair["plain"]) and trained(pair["emulated"]):
         print("    emulated / plain: %.2fx" % (pair["emulated"]["seconds"]
                                                / max(pair["plain"]["seconds"], 1e-9)))
     sys.stdout.flush()
+
+
+def _timed_out(pair, how=any):
+    """Whether any (or, ``how=all``, both) of a pair's runs ran into the timeout."""
+    return how(pair[v]["outcome"].endswith("timeout") for v in VARIANTS)
 
 
 def _steps(result):
@@ -666,31 +665,26 @@ def comparison_summary(pairs):
         if trained(p["emulated"]) and not trained(p["plain"]):
             lines.append("  trains emulated only: %s (plain: %s, %s)" % (
                 p["plain"]["script"], p["plain"]["outcome"], p["plain"]["barrier"]))
-    timed_out = [p for p in both if any(p[v]["outcome"].endswith("timeout") for v in VARIANTS)]
-    ended = [p for p in both if p not in timed_out]
+    timed_out = [p for p in both if _timed_out(p)]
+    ended = [p for p in both if not _timed_out(p)]
     if ended:
-        t_plain = sum(p["plain"]["seconds"] for p in ended)
-        t_emulated = sum(p["emulated"]["seconds"] for p in ended)
+        t_plain, t_emulated = (sum(p[v]["seconds"] for p in ended) for v in VARIANTS)
         ratios = sorted(p["emulated"]["seconds"] / max(p["plain"]["seconds"], 1e-9)
                         for p in ended)
         lines.append("total wall time of the %d trained in both that ended on their own: plain "
                      "%.1f s, emulated %.1f s: %.2fx (per script %.2fx-%.2fx, median %.2fx)"
                      % (len(ended), t_plain, t_emulated, t_emulated / max(t_plain, 1e-9),
                         ratios[0], ratios[-1], statistics.median(ratios)))
-    finished = [p for p in pairs if not any(p[v]["outcome"].endswith("timeout")
-                                            for v in VARIANTS)]
+    finished = [p for p in pairs if not _timed_out(p)]
     if finished:
+        t_plain, t_emulated = (sum(p[v]["seconds"] for p in finished) for v in VARIANTS)
         lines.append("total wall time of the %d that ended on their own in both runs, whatever "
-                     "their outcome: plain %.1f s, emulated %.1f s: %.2fx" % (
-                         len(finished), sum(p["plain"]["seconds"] for p in finished),
-                         sum(p["emulated"]["seconds"] for p in finished),
-                         sum(p["emulated"]["seconds"] for p in finished)
-                         / max(sum(p["plain"]["seconds"] for p in finished), 1e-9)))
+                     "their outcome: plain %.1f s, emulated %.1f s: %.2fx"
+                     % (len(finished), t_plain, t_emulated, t_emulated / max(t_plain, 1e-9)))
     for p in timed_out:
         lines.append("  ran into the timeout (%s): %s: plain %d steps in %.0f s (%s), emulated %d "
                      "steps in %.0f s (%s)"
-                     % ("both" if all(p[v]["outcome"].endswith("timeout") for v in VARIANTS)
-                        else "one run", p["plain"]["script"], _steps(p["plain"]),
+                     % ("both" if _timed_out(p, all) else "one run", p["plain"]["script"], _steps(p["plain"]),
                         p["plain"]["seconds"], p["plain"]["outcome"], _steps(p["emulated"]),
                         p["emulated"]["seconds"], p["emulated"]["outcome"]))
     return lines
