@@ -84,7 +84,9 @@ def test_a_record_left_by_an_earlier_localised_graph_is_not_this_steps(graph):
         with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
             sess.run(nls.saturate(tf.constant([7e4], tf.float32) * tf.constant(1.0)))
             y = nls.saturate(tf.cast(tf.constant([7e4]), tf.float16))
-            sess.run([y, nls.emulation.npu_get_float_status_v2()])
+            with tf.control_dependencies([y]):   # the read after the saturation it reports
+                status = nls.emulation.npu_get_float_status_v2()
+            sess.run([y, status])
         assert localisation.last_record() is not None
     finally:
         localisation.disable()
