@@ -378,3 +378,49 @@ def test_a_traced_step_rounds_its_gradients_through_the_kernel_to_the_same_bits(
     assert np.max(np.abs(with_kernels[2])) == 65504.0     # the gradient saturated on its way back
     for got, want in zip(with_kernels, without):
         assert_same_bits(np.asarray(got), np.asarray(want))
+
+
+def _held_back_by_records(graph):
+    """The ops of ``graph`` that wait for a register record through a control input, but the
+    register's own ops (its later records and reads) and the function's end (a NoOp)."""
+    return sorted(op.name for op in graph.get_operations()
+                  if any(c.type == "LookupTableInsertV2" for c in op.control_inputs)
+                  and not op.type.startswith("LookupTable") and op.type != "NoOp")
+
+
+@tf2_only
+def test_a_traced_rounding_does_not_wait_for_the_register_records_built_before_it(fused):  # pylint: disable=unused-argument
+    """In a tf.function TensorFlow chains the register's records (one resource) and orders the
+    register's read after them: a rounded value held back until its record ran would wait for
+    every record before it, and the step's ops would run one after the other. The read still
+    sees every overflow, the unused rounding's included (a record runs whether read or not)."""
+    emulation.reset_register()
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+
+    @tf.function
+    def step(scale):
+        y = tf.matmul(x * scale, x)          # rounded operands and result
+        emulation.round_to_float16(x * 1e6)  # overflows; its value is never used
+        return y, tf.reduce_sum(y), emulation.npu_get_float_status_v2()
+
+    with precision.op_precision("allow_mix_precision"):
+        y, _, words = [v.numpy() for v in step(tf.constant(1.0))]
+        graph = step.get_concrete_function(tf.TensorSpec([], tf.float32)).graph
+    assert words[0] == 1
+    assert y.tolist() == [[7.0, 10.0], [15.0, 22.0]]
+    types = [op.type for op in graph.get_operations()]
+    assert types.count("NlsRoundHalfSaturate") == 4 and types.count("LookupTableInsertV2") == 4
+    assert _held_back_by_records(graph) == []
+
+
+def test_in_a_tf1_graph_a_rounded_value_waits_for_its_record(fused):  # pylint: disable=unused-argument
+    """A tf.compat.v1 graph orders no stateful op by itself: there a read ordered after the
+    rounded value must find its record done, so the value is an identity under the record."""
+    with tf.Graph().as_default() as graph:
+        y = emulation.round_to_float16(tf.constant([7e4, 1.0]))
+        with tf.control_dependencies([y]):
+            status = emulation.npu_get_float_status_v2()
+        held = _held_back_by_records(graph)
+        with tf.compat.v1.Session() as sess:
+            got, words = sess.run([y, status])
+    assert held == [y.op.name] and got.tolist() == [65504.0, 1.0] and words[0] == 1

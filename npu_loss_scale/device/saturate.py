@@ -98,14 +98,27 @@ def on_gradient(dy, site, build):
         _internal.depth = depth
 
 
+def _once_run(value, deps):
+    """``value`` for readers that must come after ``deps`` (the register's record of the value's
+    saturation, a localisation note). In a ``tf.compat.v1`` graph that is an identity under
+    them. Eagerly they ran already, and in a function graph TensorFlow orders by resource
+    (:func:`~npu_loss_scale._internal.graphs.orders_resource_uses`) every later read of the
+    register and of the site table waits for them anyway: there ``value`` is given as it is.
+    (The identity would make each value wait for every record built before its own, as those
+    are chained, and so run the step's ops one after the other.)"""
+    if tf.executing_eagerly() or _graphs.orders_resource_uses():
+        return value
+    with tf.control_dependencies(deps):
+        return tf.identity(value)
+
+
 def _saturate_dense_gradient(dy, site):
     dy_sat, flags = _saturate_values(dy)
     deps = [float_status.record_flags(flags)]
     if localisation.enabled() and not tf.executing_eagerly():
         deps.append(localisation.note_site(dy, flags[0], flags[1], op_name=site or dy.op.name,
                                            direction="backward", dtype=dy.dtype))
-    with tf.control_dependencies(deps):
-        return tf.identity(dy_sat)
+    return _once_run(dy_sat, deps)
 
 
 def _saturate_gradient(dy, site=None):
@@ -141,8 +154,7 @@ def _saturate_with_grad(x, site=None, source=None):
         site = site or (x.op.name if source is None else source.op.name)
         deps.append(localisation.note_site(x if source is None else source, flags[0], flags[1],
                                            op_name=site, dtype=x.dtype))
-    with tf.control_dependencies(deps):
-        y = tf.identity(y)
+    y = _once_run(y, deps)
     if tf.executing_eagerly():
         return _eager_saturate(x, y)
     graph = tf.compat.v1.get_default_graph()
@@ -193,8 +205,7 @@ def _round_half_recorded(fused, x, site=None, direction=None, saturating=True):
             site = x.op.name   # the op whose value it rounds
         deps.append(localisation.note_site(x, flags[0], flags[1], op_name=site,
                                            direction=direction, dtype=tf.float16))
-    with tf.control_dependencies(deps):
-        return tf.identity(y)
+    return _once_run(y, deps)
 
 
 def _round_half_dense_gradient(dy, site):
