@@ -138,11 +138,11 @@ def record(overflowed, nan_seen=None):
 
 def record_flags(flags):
     """:func:`record` of a bool vector: ``[overflowed]`` or ``[overflowed, nan_seen]`` (what the
-    saturation kernels give). In a graph it adds three ops (the flags as a column, a select of
-    the keys, the insert); the constants it reads are made once per graph and control-flow
-    context (a rewrite rounds dozens of values, each recorded here)."""
-    column, keys, scratch, ones = _record_constants(tf.compat.dimension_value(flags.shape[0]))
-    keys = where(tf.reshape(flags, column), keys, scratch)
+    saturation kernels give). In a graph it adds two ops (a select of the keys, the insert); the
+    constants it reads are made once per graph and control-flow context (a rewrite rounds dozens
+    of values, each recorded here)."""
+    keys, scratch, ones = _record_constants(tf.compat.dimension_value(flags.shape[0]))
+    keys = where(flags, keys, scratch)   # flag w selects column w: word w in every reader slot
     return _register().insert(keys, ones, name="record_float_status")
 
 
@@ -150,14 +150,15 @@ _CONSTANTS_ATTR = "_npu_loss_scale_record_constants"   # on the graph: dies with
 
 
 def _record_constants(words):
-    """The constants of a record of ``words`` flags (1 or 2): the flags' shape as a column, the
-    keys (row w: word w in every reader slot), the scratch key and the values. Made where no
-    control dependency applies (later records share them); eagerly, made each time."""
+    """The constants of a record of ``words`` flags (1 or 2): the keys (column w: word w in
+    every reader slot, so that the flags broadcast along the rows), the scratch key and the
+    values. Made where no control dependency applies (later records share them); eagerly, made
+    each time."""
     def make():
-        keys = [[slot * STATUS_WORDS + w for slot in range(READER_SLOTS)]
-                for w in (_OVERFLOW_WORD, _NAN_WORD)[:words]]
-        return (tf.constant([words, 1], tf.int32), tf.constant(keys, tf.int32),
-                tf.constant(_SCRATCH, tf.int32), tf.ones([words, READER_SLOTS], tf.int32))
+        keys = [[slot * STATUS_WORDS + w for w in (_OVERFLOW_WORD, _NAN_WORD)[:words]]
+                for slot in range(READER_SLOTS)]
+        return (tf.constant(keys, tf.int32), tf.constant(_SCRATCH, tf.int32),
+                tf.ones([READER_SLOTS, words], tf.int32))
     if tf.executing_eagerly():
         return make()
     graph = tf.compat.v1.get_default_graph()
