@@ -644,6 +644,11 @@ def _timed_out(pair, how=any):
     return how(pair[v]["outcome"].endswith("timeout") for v in VARIANTS)
 
 
+def _total(pairs, variant):
+    """The wall time of ``variant``'s runs of ``pairs``, in s."""
+    return sum(p[variant]["seconds"] for p in pairs)
+
+
 def _steps(result):
     report = result["report"]
     return report.get("steps_applied", 0) + report.get("steps_skipped", 0)
@@ -668,7 +673,7 @@ def comparison_summary(pairs):
     timed_out = [p for p in both if _timed_out(p)]
     ended = [p for p in both if not _timed_out(p)]
     if ended:
-        t_plain, t_emulated = (sum(p[v]["seconds"] for p in ended) for v in VARIANTS)
+        t_plain, t_emulated = _total(ended, "plain"), _total(ended, "emulated")
         ratios = sorted(p["emulated"]["seconds"] / max(p["plain"]["seconds"], 1e-9)
                         for p in ended)
         lines.append("total wall time of the %d trained in both that ended on their own: plain "
@@ -677,16 +682,16 @@ def comparison_summary(pairs):
                         ratios[0], ratios[-1], statistics.median(ratios)))
     finished = [p for p in pairs if not _timed_out(p)]
     if finished:
-        t_plain, t_emulated = (sum(p[v]["seconds"] for p in finished) for v in VARIANTS)
+        t_plain, t_emulated = _total(finished, "plain"), _total(finished, "emulated")
         lines.append("total wall time of the %d that ended on their own in both runs, whatever "
                      "their outcome: plain %.1f s, emulated %.1f s: %.2fx"
                      % (len(finished), t_plain, t_emulated, t_emulated / max(t_plain, 1e-9)))
     for p in timed_out:
         lines.append("  ran into the timeout (%s): %s: plain %d steps in %.0f s (%s), emulated %d "
                      "steps in %.0f s (%s)"
-                     % ("both" if _timed_out(p, all) else "one run", p["plain"]["script"], _steps(p["plain"]),
-                        p["plain"]["seconds"], p["plain"]["outcome"], _steps(p["emulated"]),
-                        p["emulated"]["seconds"], p["emulated"]["outcome"]))
+                     % ("both" if _timed_out(p, all) else "one run", p["plain"]["script"],
+                        _steps(p["plain"]), p["plain"]["seconds"], p["plain"]["outcome"],
+                        _steps(p["emulated"]), p["emulated"]["seconds"], p["emulated"]["outcome"]))
     return lines
 
 
