@@ -159,11 +159,10 @@ class PerGraph:
 _global_graph()   # the importing thread's (usually the main thread's)
 
 
-def orders_resource_uses(graph=None):
-    """True while ``graph`` (the default graph) is a function graph whose stateful ops TensorFlow
-    orders itself: a ``tf.function`` being traced, or a cond or loop body inside one (automatic
-    control dependencies). There every use of a resource (the emulated register, a variable)
-    waits for the uses built before it, and the function ends only after all of them; a
-    ``tf.compat.v1`` graph, and a gradient function built outside such a trace, order nothing."""
-    graph = tf.compat.v1.get_default_graph() if graph is None else graph
-    return bool(getattr(graph, "_add_control_dependencies", False))
+def orders_resource_uses():
+    """True while the default graph is a function graph whose stateful ops TensorFlow orders
+    itself: a ``tf.function`` being traced, or a cond or loop body inside one (automatic control
+    dependencies). There every use of a resource (the emulated register, a variable) waits for
+    the uses built before it, and the function ends only after all of them; a ``tf.compat.v1``
+    graph, and a gradient function built outside such a trace, order nothing."""
+    return bool(getattr(tf.compat.v1.get_default_graph(), "_add_control_dependencies", False))
