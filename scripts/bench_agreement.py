@@ -26,8 +26,9 @@ import sys
 import tempfile
 import time
 
+import checkout
+
 HERE = os.path.abspath(__file__)
-REPO = os.path.dirname(os.path.dirname(HERE))
 BACKENDS = ("collective", "horovod", "horovod+avg", "strategy", "hccl")
 N_LAYERS = 4        # 8 trainable variables: the agreement stays one collective
 WIDTH = 128
@@ -136,9 +137,7 @@ def _free_ports(n):
 
 
 def _env():
-    env = dict(os.environ)
-    # this checkout's package first: run as a script, a worker would import an installed copy
-    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
+    env = checkout.environment()
     env.pop("TF_CONFIG", None)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["NPU_LOSS_SCALE_BACKEND"] = "emulation"

@@ -33,8 +33,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+import checkout
+
+REPO = checkout.REPO
 SCRIPT = os.path.join(REPO, "examples", "bert", "run_classifier.py")
 JOB_FLAGS = ["--precision=fp16", "--npu_bert_loss_scale=0", "--heldout=100",
              "--progress_bar=false"]
@@ -49,8 +50,7 @@ def _uptime():
 
 
 def _timed(cmd, log_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
+    env = checkout.environment(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1"))
     start = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log:
         code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)

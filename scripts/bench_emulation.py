@@ -43,9 +43,10 @@ import subprocess
 import sys
 import time
 
+import checkout
+
 VARIANTS = ("fp32", "emulated", "every_op", "emulated_ops")
 SHAPES = ("cnn", "keras", "estimator", "bert")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODE = "allow_mix_precision"
 
 
@@ -177,7 +178,7 @@ def _run_bert(tf, args, variant, marks):
     a TF1 Session: ``fp32`` builds it in float32, the other variants with the job's fp16 path
     (a float16 boundary, rounded and saturated into the register, at every op's output)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
-    sys.path.insert(0, os.path.join(REPO, "examples", "bert"))
+    sys.path.insert(0, os.path.join(checkout.REPO, "examples", "bert"))
     import bert_modeling  # pylint: disable=import-outside-toplevel
     import npu_loss_scale as nls  # pylint: disable=import-outside-toplevel
     config = bert_modeling.BertConfig()
@@ -274,7 +275,7 @@ def _measure(args, shape, variant):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", shape, variant,
            "--steps", str(args.steps), "--batch", str(args.batch), "--size", str(args.size),
            "--width", str(args.width)]
-    env = _env()
+    env = checkout.environment()
     if variant == "emulated_ops":
         env["NPU_LOSS_SCALE_FUSED_UNSCALE"] = "off"
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -284,14 +285,6 @@ def _measure(args, shape, variant):
         raise RuntimeError("%s/%s failed (exit %d):\n%s" % (shape, variant, out.returncode,
                                                            out.stderr[-3000:]))
     return json.loads(lines[-1])
-
-
-def _env():
-    """The workers' environment: this checkout's package first on the path (an installed copy,
-    an editable one of another checkout among them, would be measured instead)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
-    return env
 
 
 def _spread(values):
@@ -323,7 +316,7 @@ def main():
     shuffle = random.Random(0).shuffle
     # the kernels are built (once per TensorFlow version) before any timed process
     subprocess.run([sys.executable, "-m", "npu_loss_scale", "build-kernel"], check=True,
-                   stdout=subprocess.DEVNULL, env=_env())
+                   stdout=subprocess.DEVNULL, env=checkout.environment())
     print("precision_mode %s; %d rounds; batch %d of %dx%dx3, %d channels, %d steps per process; "
           "%s" % (MODE, args.rounds, args.batch, args.size, args.size, args.width, args.steps,
                   os.popen("uptime").read().strip()))

@@ -18,8 +18,9 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import checkout   # scripts/, next to this file
+
+sys.path.insert(0, checkout.REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["NPU_LOSS_SCALE_BACKEND"] = "emulation"
 
